@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+#
+# Loom quick start.
+#
+#   ./quickstart.sh        install missing packages, build into build/, install into
+#                          build/install, then run the main job
+#   ./quickstart.sh test   the same set-up, then every test suite (the regular build and
+#                          an AddressSanitizer+UBSan build), ending with "N passed, N failed"
+#
+# Re-running is incremental. Environment knobs: JOBS (parallel make jobs, default nproc),
+# LOOM_QS_SKIP_SANITIZERS=1 (test mode: regular build only, for quick local iterations),
+# LOOM_QS_CONFIGURE_FLAGS (extra configure flags for the regular build).
+#
+set -euo pipefail
+
+mode=${1:-run}
+case "$mode" in
+    run|test) ;;
+    -h|--help|help)
+        sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0 ;;
+    *)
+        echo "quickstart.sh: unknown mode '$mode' (use no argument, or 'test')" >&2
+        exit 2 ;;
+esac
+
+top=$(cd "$(dirname "$0")" && pwd)
+build="$top/build"
+prefix="$build/install"
+jobs=${JOBS:-$(nproc)}
+
+say() { printf '\n==> %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------------------
+# 1. Packages. Everything the build, the tests and the comparisons need, from Debian.
+# ---------------------------------------------------------------------------------------
+packages=(
+    build-essential autoconf automake libtool pkg-config ccache
+    libspdlog-dev libfmt-dev libhwloc-dev libnuma-dev
+    libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
+    libgtest-dev libgmock-dev
+    libopenmpi-dev openmpi-bin
+)
+
+install_packages() {
+    local missing=()
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing missing Debian packages: ${missing[*]}"
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "quickstart.sh: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# ---------------------------------------------------------------------------------------
+# 2. Build: autogen when needed, configure once per build dir, make -j, install.
+# ---------------------------------------------------------------------------------------
+# Compilers go through ccache when it is there, so rebuilds after a clean are quick.
+compilers=()
+set_compilers() {
+    if command -v ccache >/dev/null; then
+        export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/loom-ccache}
+        export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
+        compilers=("CXX=ccache g++" "CC=ccache gcc")
+    else
+        compilers=("CXX=g++" "CC=gcc")
+    fi
+}
+
+regenerate() {
+    if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ]; then
+        say "generating configure (autogen.sh)"
+        AUTOGEN_QUIET=1 "$top/autogen.sh"
+    fi
+}
+
+# configure_dir DIR FLAGS...: configures DIR unless it is already configured with FLAGS.
+configure_dir() {
+    local dir=$1; shift
+    local flags="$*"
+    mkdir -p "$dir"
+    if [ -f "$dir/Makefile" ] && [ "$(cat "$dir/.qs-flags" 2>/dev/null)" = "$flags" ]; then
+        return 0
+    fi
+    say "configuring $dir"
+    set_compilers
+    # shellcheck disable=SC2068
+    (cd "$dir" && "$top/configure" "${compilers[@]}" $@ > configure.out 2>&1) || {
+        tail -40 "$dir/configure.out" >&2
+        echo "quickstart.sh: configure failed in $dir (full output: $dir/configure.out)" >&2
+        exit 1
+    }
+    sed -n '/configuration summary/,$p' "$dir/configure.out"
+    echo "$flags" > "$dir/.qs-flags"
+}
+
+build_main() {
+    regenerate
+    # shellcheck disable=SC2086
+    configure_dir "$build" --prefix="$prefix" ${LOOM_QS_CONFIGURE_FLAGS:-}
+    say "building and installing into $prefix (make -j$jobs)"
+    make -C "$build" -j"$jobs" install >"$build/make.out" 2>&1 || {
+        grep -E 'error|Error' -A3 "$build/make.out" | head -60 >&2
+        echo "quickstart.sh: build failed (full output: $build/make.out)" >&2
+        exit 1
+    }
+    echo "installed: $prefix/bin/loom_info, $prefix/lib/libloom-ucs.so, $prefix/include/loom/"
+}
+
+# ---------------------------------------------------------------------------------------
+# 3. The main job.
+# ---------------------------------------------------------------------------------------
+main_job() {
+    say "main job: what Loom sees on this machine"
+    "$prefix/bin/loom_info" -v
+    echo
+    "$prefix/bin/loom_info" -d
+    echo
+    "$prefix/bin/loom_info" -T
+}
+
+# ---------------------------------------------------------------------------------------
+# 4. Tests: make check in each build, then one summary over every suite's log.
+# ---------------------------------------------------------------------------------------
+run_checks() {
+    local dir=$1 label=$2
+    say "running the test suites ($label)"
+    # make check returns non-zero when a suite fails; the summary below counts it.
+    make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1 || true
+    grep -E '^(PASS|FAIL|ERROR|XPASS|XFAIL|SKIP):' "$dir/check.out" | sed "s|^|  [$label] |" || true
+    if grep -qE 'make.*Error' "$dir/check.out" && ! ls "$dir"/test/gtest/*.log >/dev/null 2>&1; then
+        grep -E 'error' -A3 "$dir/check.out" | head -40 >&2
+        echo "quickstart.sh: building the tests failed in $dir (full output: $dir/check.out)" >&2
+    fi
+}
+
+summarize() {
+    python3 "$top/test/summarize.py" "$@"
+}
+
+install_packages
+build_main
+
+if [ "$mode" = run ]; then
+    main_job
+    exit 0
+fi
+
+command -v python3 >/dev/null || packages+=(python3)
+install_packages
+
+run_checks "$build" "regular"
+logdirs=("regular=$build")
+if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
+    asan="$build/sanitize"
+    configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
+    run_checks "$asan" "asan+ubsan"
+    logdirs+=("asan+ubsan=$asan")
+else
+    echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan build was not run" >&2
+fi
+summarize "${logdirs[@]}"

@@ -1,0 +1,37 @@
+# Tiny TAP-style helpers for the shell tests: each check prints "ok N - name" or
+# "not ok N - name"; finish prints the plan and exits non-zero on any failure.
+tap_n=0
+tap_failed=0
+
+# check NAME COMMAND...: passes when COMMAND exits 0.
+check() {
+    local name=$1; shift
+    tap_n=$((tap_n + 1))
+    if "$@" >/dev/null 2>&1; then
+        echo "ok $tap_n - $name"
+    else
+        echo "not ok $tap_n - $name"
+        tap_failed=$((tap_failed + 1))
+    fi
+}
+
+# check_output NAME REGEX COMMAND...: passes when COMMAND's stdout+stderr matches REGEX (grep -E).
+check_output() {
+    local name=$1 regex=$2; shift 2
+    local out
+    out=$("$@" 2>&1)
+    tap_n=$((tap_n + 1))
+    if printf '%s\n' "$out" | grep -Eq -- "$regex"; then
+        echo "ok $tap_n - $name"
+    else
+        echo "not ok $tap_n - $name"
+        echo "#   expected /$regex/ in:"
+        printf '%s\n' "$out" | head -20 | sed 's/^/#   | /'
+        tap_failed=$((tap_failed + 1))
+    fi
+}
+
+finish() {
+    echo "1..$tap_n"
+    [ "$tap_failed" -eq 0 ]
+}

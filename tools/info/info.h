@@ -1,0 +1,20 @@
+/**
+ * loom_info: each option's printer lives in its own file.
+ */
+#pragma once
+
+namespace loom::info {
+
+/** -v: version, build options and the libraries Loom was built against. */
+int print_version();
+
+/** -c: every configuration variable with its current value; with @p with_docs (-f) its documentation too. */
+int print_config(bool with_docs);
+
+/** -T: the machine's topology (NUMA nodes, CPUs, PCI devices, NIC distances). */
+int print_topology();
+
+/** -d: devices and transports with their capabilities and performance model. */
+int print_devices();
+
+}  // namespace loom::info
