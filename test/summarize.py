@@ -13,7 +13,8 @@ import os
 import re
 import sys
 
-GTEST_CASE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] (\S+) \(\d+ ms\)")
+# "[  FAILED  ] Suite.Name/param, where GetParam() = ... (12 ms)" for parameterized tests.
+GTEST_CASE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] ([^\s,]+)(,.*)? \(\d+ ms\)$")
 TAP_CASE = re.compile(r"^(ok|not ok) \d+ - (.*?)(\s+# SKIP\s*(.*))?$")
 
 
@@ -36,7 +37,7 @@ def parse_log(log_path):
     for i, line in enumerate(lines):
         m = GTEST_CASE.match(line)
         if m:
-            kind, name = m.groups()
+            kind, name, _ = m.groups()
             if kind == "OK":
                 passed.append(name)
             elif kind == "FAILED":

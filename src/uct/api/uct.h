@@ -16,6 +16,7 @@
  */
 #pragma once
 
+#include "ucs/progress/callback_queue.h"
 #include "ucs/type/result.h"
 #include "uct/api/uct_types.h"
 
@@ -149,8 +150,8 @@ public:
      */
     Status set_am_handler(AmId id, AmCallback cb, void* arg, unsigned flags);
 
-    /** Adds this iface's progress function to its worker's progress engine (idempotent). */
-    void progress_enable();
+    /** Adds this iface's progress function to its worker's progress engine (idempotent); no_memory on failure. */
+    Status progress_enable();
 
     /** Removes this iface's progress function from its worker (idempotent). */
     void progress_disable();
@@ -175,7 +176,7 @@ private:
     Md* md_;
     Worker* worker_;
     TlResource resource_;
-    int progress_id_ = -1;
+    ucs::CallbackId progress_id_ = ucs::CallbackId::invalid;
     AmHandler am_handlers_[kAmIdMax];
 };
 

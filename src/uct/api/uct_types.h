@@ -165,6 +165,7 @@ struct IfaceAttr {
     double bandwidth_shared = 0;      ///< bytes/s shared by all processes on the device
     LinearFunc latency;               ///< one-way seconds as a function of the number of endpoints
     std::uint8_t priority = 0;        ///< tie-breaker between devices of equal performance
+    std::size_t ep_size = 0;          ///< bytes of one endpoint object: the memory cost of a peer
 };
 
 /** Memory domain attributes. */

@@ -97,16 +97,19 @@ unsigned dispatch_iface_progress(void* arg) {
 
 }  // namespace
 
-void Iface::progress_enable() {
-    if (progress_id_ < 0 && worker_ != nullptr) {
-        progress_id_ = worker_->progress_queue().add(dispatch_iface_progress, this);
+Status Iface::progress_enable() {
+    if (progress_id_ == ucs::CallbackId::invalid && worker_ != nullptr) {
+        auto id = worker_->progress_queue().add(dispatch_iface_progress, this);
+        if (!id) return id.status();
+        progress_id_ = *id;
     }
+    return Status::ok;
 }
 
 void Iface::progress_disable() {
-    if (progress_id_ >= 0) {
+    if (progress_id_ != ucs::CallbackId::invalid) {
         (void)worker_->progress_queue().remove(progress_id_);
-        progress_id_ = -1;
+        progress_id_ = ucs::CallbackId::invalid;
     }
 }
 

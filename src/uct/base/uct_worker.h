@@ -4,7 +4,7 @@
  */
 #pragma once
 
-#include "ucs/progress/callbackq.h"
+#include "ucs/progress/callback_queue.h"
 #include "ucs/type/status.h"
 
 namespace loom::uct {

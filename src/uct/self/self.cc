@@ -29,6 +29,7 @@ log::Component g_log("self");
 constexpr std::uint8_t kAddrVersion = 1;
 constexpr std::size_t kMaxBcopy = 8192;
 constexpr std::size_t kMaxShort = 4096;
+constexpr std::size_t kMaxZcopyHeader = 128;
 
 /** Device address: which process. */
 struct [[gnu::packed]] DeviceAddress {
@@ -68,6 +69,7 @@ IfaceRegistry& iface_registry() {
 struct SelfEp : Ep {
     SelfIface* target;
 };
+static_assert(sizeof(SelfEp) == 16, "self endpoints stay two pointers");
 
 class SelfIface final : public Iface {
 public:
@@ -112,10 +114,11 @@ ssize_t self_am_bcopy(Ep* ep, AmId id, PackCallback pack, void* arg, unsigned) {
 
 Status self_am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length, const Iov* iov,
                      std::size_t iovcnt, unsigned, Completion*) {
-    std::size_t total = header_length;
-    for (std::size_t i = 0; i < iovcnt; ++i) total += iov[i].length;
-    if (LOOM_UNLIKELY(total > kMaxBcopy)) return Status::exceeds_limit;
-    alignas(8) std::uint8_t buf[kMaxBcopy];
+    std::size_t payload = 0;
+    for (std::size_t i = 0; i < iovcnt; ++i) payload += iov[i].length;
+    if (LOOM_UNLIKELY(payload > kMaxBcopy || header_length > kMaxZcopyHeader)) return Status::exceeds_limit;
+    std::size_t total = header_length + payload;
+    alignas(8) std::uint8_t buf[kMaxZcopyHeader + kMaxBcopy];
     std::memcpy(buf, header, header_length);
     std::size_t offset = header_length;
     for (std::size_t i = 0; i < iovcnt; ++i) {
@@ -259,7 +262,7 @@ Status SelfIface::query(IfaceAttr& attr) const {
                      kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
                      kCapConnectToIface | kCapSelfOnly | kCapIntraNode;
     attr.am = {.max_short = kMaxShort, .max_bcopy = kMaxBcopy, .min_zcopy = 0, .max_zcopy = kMaxBcopy,
-               .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = 128};
+               .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = kMaxZcopyHeader};
     attr.put = {.max_short = UINT32_MAX, .max_bcopy = SIZE_MAX, .min_zcopy = 0, .max_zcopy = SIZE_MAX,
                 .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = 0};
     attr.get = {.max_short = 0, .max_bcopy = SIZE_MAX, .min_zcopy = 0, .max_zcopy = SIZE_MAX, .max_iov = 16,
@@ -277,6 +280,7 @@ Status SelfIface::query(IfaceAttr& attr) const {
     attr.bandwidth_shared = 0;
     attr.latency = {0, 0};
     attr.priority = 0;
+    attr.ep_size = sizeof(SelfEp);
     return Status::ok;
 }
 

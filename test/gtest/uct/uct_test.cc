@@ -60,7 +60,7 @@ Entity::Entity(const Resource& resource) {
         iface_->get_address(iface_addr_.data()) != Status::ok) {
         throw std::runtime_error("get address failed");
     }
-    iface_->progress_enable();
+    if (iface_->progress_enable() != Status::ok) throw std::runtime_error("progress_enable failed");
 }
 
 Entity::~Entity() {

@@ -27,6 +27,9 @@ struct Resource {
     std::string name() const;
 };
 
+/** Prints a resource by name in gtest messages. */
+inline void PrintTo(const Resource& resource, std::ostream* os) { *os << resource.name(); }
+
 /** Every resource of every registered component (modules loaded first), filtered by LOOMTEST_UCT_TLS. */
 std::vector<Resource> all_resources();
 

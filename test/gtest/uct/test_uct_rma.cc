@@ -1,0 +1,259 @@
+#include "uct_test.h"
+
+#include <cstring>
+#include <vector>
+
+namespace loom::uct::test {
+namespace {
+
+/** A receiver buffer registered for remote access, with the sender's unpacked key. */
+class UctRmaTest : public UctTest {
+protected:
+    void SetUp() override {
+        UctTest::SetUp();
+        target_.assign(kSize, 0);
+        auto reg = receiver_->md().mem_reg(target_.data(), target_.size(), kAccessAll);
+        ASSERT_TRUE(reg.ok()) << to_string(reg.status());
+        memh_ = *reg;
+        packed_.resize(receiver_->md_attr().rkey_packed_size);
+        ASSERT_EQ(Status::ok, receiver_->md().mkey_pack(memh_, packed_.data()));
+        auto rkey = sender_->md().component().rkey_unpack(packed_.data(), packed_.size());
+        ASSERT_TRUE(rkey.ok()) << to_string(rkey.status());
+        rkey_ = *rkey;
+    }
+
+    void TearDown() override {
+        sender_->md().component().rkey_release(rkey_);
+        if (memh_) {
+            EXPECT_EQ(Status::ok, receiver_->md().mem_dereg(memh_));
+        }
+        UctTest::TearDown();
+    }
+
+    std::uint64_t remote(std::size_t offset) const {
+        return reinterpret_cast<std::uint64_t>(target_.data()) + offset;
+    }
+
+    /** Waits for an operation that returned in_progress on @p comp. */
+    void finish(Status status, CountingCompletion& comp) {
+        ASSERT_TRUE(status == Status::ok || status == Status::in_progress) << to_string(status);
+        if (status == Status::in_progress) {
+            ASSERT_TRUE(wait_for([&] { return comp.fired == 1; })) << "completion never fired";
+            EXPECT_EQ(Status::ok, comp.status);
+        }
+    }
+
+    /** Flushes the endpoint so every put is visible at the target. */
+    void flush() {
+        CountingCompletion comp;
+        Status status;
+        while ((status = ep_flush(ep_, kFlushLocal, &comp)) == Status::no_resource) progress();
+        finish(status, comp);
+    }
+
+    static constexpr std::size_t kSize = 64 * 1024;
+    std::vector<std::uint8_t> target_;
+    MemH memh_ = kMemHNull;
+    std::vector<std::uint8_t> packed_;
+    Rkey rkey_;
+};
+
+std::vector<std::uint8_t> pattern(std::size_t length, std::uint8_t seed) {
+    std::vector<std::uint8_t> data(length);
+    for (std::size_t i = 0; i < length; ++i) data[i] = static_cast<std::uint8_t>(seed + i * 13);
+    return data;
+}
+
+TEST_P(UctRmaTest, PutShort) {
+    if (!has(kCapPutShort)) GTEST_SKIP() << "transport has no put_short";
+    auto data = pattern(std::min<std::size_t>(sender_->attr().put.max_short, 200), 1);
+    Status status;
+    while ((status = ep_put_short(ep_, data.data(), static_cast<unsigned>(data.size()), remote(8), rkey_.rkey)) ==
+           Status::no_resource) {
+        progress();
+    }
+    ASSERT_EQ(Status::ok, status);
+    flush();
+    EXPECT_EQ(0, std::memcmp(target_.data() + 8, data.data(), data.size()));
+    EXPECT_EQ(0, target_[7]);
+    EXPECT_EQ(0, target_[8 + data.size()]);
+}
+
+std::size_t pack_vector(void* dest, void* arg) {
+    auto* data = static_cast<std::vector<std::uint8_t>*>(arg);
+    std::memcpy(dest, data->data(), data->size());
+    return data->size();
+}
+
+TEST_P(UctRmaTest, PutBcopy) {
+    if (!has(kCapPutBcopy)) GTEST_SKIP() << "transport has no put_bcopy";
+    auto data = pattern(std::min<std::size_t>(sender_->attr().put.max_bcopy, 5000), 2);
+    ssize_t packed;
+    while ((packed = ep_put_bcopy(ep_, pack_vector, &data, remote(100), rkey_.rkey)) ==
+           static_cast<ssize_t>(Status::no_resource)) {
+        progress();
+    }
+    ASSERT_EQ(static_cast<ssize_t>(data.size()), packed);
+    flush();
+    EXPECT_EQ(0, std::memcmp(target_.data() + 100, data.data(), data.size()));
+}
+
+TEST_P(UctRmaTest, PutZcopyIov) {
+    if (!has(kCapPutZcopy)) GTEST_SKIP() << "transport has no put_zcopy";
+    auto data = pattern(std::min<std::size_t>(sender_->attr().put.max_zcopy, 32 * 1024), 3);
+    MemH memh = kMemHNull;
+    if (sender_->md_attr().flags & MdAttr::kNeedMemh) {
+        auto reg = sender_->md().mem_reg(data.data(), data.size(), kAccessLocalRead);
+        ASSERT_TRUE(reg.ok());
+        memh = *reg;
+    }
+    std::size_t half = data.size() / 2;
+    Iov iov[2] = {{data.data(), half, memh}, {data.data() + half, data.size() - half, memh}};
+    std::size_t iovcnt = std::min<std::size_t>(sender_->attr().put.max_iov, 2);
+    if (iovcnt == 1) iov[0].length = data.size();
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_put_zcopy(ep_, iov, iovcnt, remote(0), rkey_.rkey, &comp)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    flush();
+    EXPECT_EQ(0, std::memcmp(target_.data(), data.data(), data.size()));
+    if (memh) {
+        EXPECT_EQ(Status::ok, sender_->md().mem_dereg(memh));
+    }
+}
+
+struct UnpackArg {
+    std::vector<std::uint8_t> got;
+};
+
+void unpack_vector(void* arg, const void* data, std::size_t length) {
+    auto* out = static_cast<UnpackArg*>(arg);
+    const auto* bytes = static_cast<const std::uint8_t*>(data);
+    out->got.insert(out->got.end(), bytes, bytes + length);
+}
+
+TEST_P(UctRmaTest, GetBcopy) {
+    if (!has(kCapGetBcopy)) GTEST_SKIP() << "transport has no get_bcopy";
+    auto data = pattern(std::min<std::size_t>(sender_->attr().get.max_bcopy, 6000), 4);
+    std::memcpy(target_.data() + 64, data.data(), data.size());
+    UnpackArg arg;
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_get_bcopy(ep_, unpack_vector, &arg, data.size(), remote(64), rkey_.rkey, &comp)) ==
+           Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    EXPECT_EQ(data, arg.got);
+}
+
+TEST_P(UctRmaTest, GetZcopy) {
+    if (!has(kCapGetZcopy)) GTEST_SKIP() << "transport has no get_zcopy";
+    std::size_t length = std::min<std::size_t>(sender_->attr().get.max_zcopy, kSize);
+    auto data = pattern(length, 5);
+    std::memcpy(target_.data(), data.data(), length);
+    std::vector<std::uint8_t> local(length, 0);
+    MemH memh = kMemHNull;
+    if (sender_->md_attr().flags & MdAttr::kNeedMemh) {
+        auto reg = sender_->md().mem_reg(local.data(), local.size(), kAccessLocalWrite);
+        ASSERT_TRUE(reg.ok());
+        memh = *reg;
+    }
+    Iov iov{local.data(), length, memh};
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_get_zcopy(ep_, &iov, 1, remote(0), rkey_.rkey, &comp)) == Status::no_resource) progress();
+    finish(status, comp);
+    EXPECT_EQ(data, local);
+    if (memh) {
+        EXPECT_EQ(Status::ok, sender_->md().mem_dereg(memh));
+    }
+}
+
+template <typename T>
+struct AtomicCase {
+    AtomicOp op;
+    T initial;
+    T operand;
+    T expected;
+};
+
+TEST_P(UctRmaTest, Atomics64) {
+    if (!has(kCapAtomic64)) GTEST_SKIP() << "transport has no 64-bit atomics";
+    std::vector<AtomicCase<std::uint64_t>> cases = {
+        {AtomicOp::add, 40, 2, 42},
+        {AtomicOp::and_, 0xff00ff00ff00ff00ull, 0x0ff00ff00ff00ff0ull, 0x0f000f000f000f00ull},
+        {AtomicOp::or_, 0xf0, 0x0f, 0xff},
+        {AtomicOp::xor_, 0xff, 0x0f, 0xf0},
+        {AtomicOp::swap, 1, 99, 99},
+    };
+    auto* word = reinterpret_cast<std::uint64_t*>(target_.data() + 256);
+    for (const auto& c : cases) {
+        SCOPED_TRACE(static_cast<int>(c.op));
+        if (!(sender_->attr().atomic64_ops & atomic_op_bit(c.op))) continue;
+        // fetching form: returns the old value
+        *word = c.initial;
+        std::uint64_t result = 0;
+        CountingCompletion comp;
+        finish(ep_atomic64_fetch(ep_, c.op, c.operand, &result, remote(256), rkey_.rkey, &comp), comp);
+        EXPECT_EQ(c.initial, result);
+        EXPECT_EQ(c.expected, *word);
+        // posted form
+        if (c.op != AtomicOp::swap) {
+            *word = c.initial;
+            ASSERT_EQ(Status::ok, ep_atomic64_post(ep_, c.op, c.operand, remote(256), rkey_.rkey));
+            flush();
+            EXPECT_EQ(c.expected, *word);
+        }
+    }
+    if (sender_->attr().atomic64_ops & atomic_op_bit(AtomicOp::cswap)) {
+        *word = 5;
+        std::uint64_t result = 0;
+        CountingCompletion miss;
+        finish(ep_atomic64_cswap(ep_, 4, 100, remote(256), rkey_.rkey, &result, &miss), miss);
+        EXPECT_EQ(5u, result);
+        EXPECT_EQ(5u, *word);
+        CountingCompletion hit;
+        finish(ep_atomic64_cswap(ep_, 5, 100, remote(256), rkey_.rkey, &result, &hit), hit);
+        EXPECT_EQ(5u, result);
+        EXPECT_EQ(100u, *word);
+    }
+}
+
+TEST_P(UctRmaTest, Atomics32) {
+    if (!has(kCapAtomic32)) GTEST_SKIP() << "transport has no 32-bit atomics";
+    auto* word = reinterpret_cast<std::uint32_t*>(target_.data() + 512);
+    *word = 10;
+    std::uint32_t result = 0;
+    CountingCompletion add;
+    finish(ep_atomic32_fetch(ep_, AtomicOp::add, 5, &result, remote(512), rkey_.rkey, &add), add);
+    EXPECT_EQ(10u, result);
+    EXPECT_EQ(15u, *word);
+    ASSERT_EQ(Status::ok, ep_atomic32_post(ep_, AtomicOp::xor_, 0xf, remote(512), rkey_.rkey));
+    flush();
+    EXPECT_EQ(15u ^ 0xfu, *word);
+    CountingCompletion cswap;
+    finish(ep_atomic32_cswap(ep_, 0, 7, remote(512), rkey_.rkey, &result, &cswap), cswap);
+    EXPECT_EQ(0u, result);
+    EXPECT_EQ(7u, *word);
+}
+
+TEST_P(UctRmaTest, MisalignedAtomicIsRejected) {
+    if (!has(kCapAtomic64)) GTEST_SKIP() << "transport has no 64-bit atomics";
+    EXPECT_EQ(Status::invalid_param, ep_atomic64_post(ep_, AtomicOp::add, 1, remote(3), rkey_.rkey));
+}
+
+TEST_P(UctRmaTest, FlushAndFenceSucceedWhenIdle) {
+    flush();
+    EXPECT_EQ(Status::ok, ep_fence(ep_, 0));
+    CountingCompletion comp;
+    Status status = iface_flush(&sender_->iface(), kFlushLocal, &comp);
+    finish(status, comp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UctRmaTest, testing::ValuesIn(all_resources()), resource_name);
+
+}  // namespace
+}  // namespace loom::uct::test
