@@ -11,5 +11,7 @@ check        "unknown option fails"              bash -c "! '$info' -Z"
 check_output "unknown option is named"           "unknown option '-Z'"                     "$info" -Z
 check_output "stray argument is named"           "unexpected argument 'foo'"               "$info" foo
 check_output "-f without -c is explained"        '-f only goes with -c'                    "$info" -f
-check_output "-d reports devices"                '^# Devices'                              "$info" -d
+check_output "-d lists the self transport"        '^#   transport self on device memory'      "$info" -d
+check_output "-d shows the performance model"    '^#      model: overhead'                  "$info" -d
+check_output "-d lists the modules searched"     '^# Transport modules \(searched in'       "$info" -d
 finish
