@@ -10,7 +10,6 @@
 #include <cpuid.h>
 #endif
 
-#include <cerrno>
 #include <mutex>
 
 namespace loom::ucs {
@@ -44,8 +43,8 @@ constexpr std::uint64_t kMinTscHz = 1000000;
 constexpr std::uint64_t kMaxTscHz = 100000000000ull;
 
 struct Calibration {
-    bool done = false;        // calibration attempted
-    std::uint64_t tsc_hz = 0; // 0 when the TSC cannot be used
+    bool done = false;         // calibration attempted
+    std::uint64_t tsc_hz = 0;  // 0 when the TSC cannot be used
 };
 
 std::mutex g_clock_lock;
@@ -111,8 +110,8 @@ std::uint64_t calibrated_tsc_hz() noexcept {
     if (!cpu_has_invariant_tsc()) return 0;
     const std::uint64_t hz = measure_tsc_hz();
     if (hz < kMinTscHz || hz > kMaxTscHz) {
-        LOOM_LOG_WARN("TSC calibration gave an implausible rate of {} Hz; using clock_gettime(CLOCK_MONOTONIC)",
-                      hz);
+        LOOM_LOG_WARN(
+            "TSC calibration gave an implausible rate of {} Hz; using clock_gettime(CLOCK_MONOTONIC)", hz);
         return 0;
     }
     g_calibration.tsc_hz = hz;
@@ -127,10 +126,10 @@ std::uint64_t calibrated_tsc_hz() noexcept {
 void install(ClockSource source, std::uint64_t ticks_per_second) noexcept {
     detail::ClockState& state = detail::g_clock;
     state.ticks_per_second = ticks_per_second;
-    state.ns_per_tick_q32 = static_cast<std::uint64_t>((static_cast<unsigned __int128>(kNsPerSec) << 32) /
-                                                       ticks_per_second);
-    state.ticks_per_ns_q32 = static_cast<std::uint64_t>((static_cast<unsigned __int128>(ticks_per_second) << 32) /
-                                                        kNsPerSec);
+    state.ns_per_tick_q32 =
+        static_cast<std::uint64_t>((static_cast<unsigned __int128>(kNsPerSec) << 32) / ticks_per_second);
+    state.ticks_per_ns_q32 =
+        static_cast<std::uint64_t>((static_cast<unsigned __int128>(ticks_per_second) << 32) / kNsPerSec);
     state.source.store(static_cast<std::uint8_t>(source), std::memory_order_release);
 }
 
@@ -138,8 +137,10 @@ void install(ClockSource source, std::uint64_t ticks_per_second) noexcept {
 
 std::string_view to_string(ClockSource source) noexcept {
     switch (source) {
-    case ClockSource::tsc: return "tsc";
-    case ClockSource::monotonic: return "monotonic";
+        case ClockSource::tsc:
+            return "tsc";
+        case ClockSource::monotonic:
+            return "monotonic";
     }
     return "unknown";
 }
@@ -155,8 +156,8 @@ void init_clock() noexcept {
     } else {
         install(ClockSource::monotonic, kNsPerSec);
     }
-    LOOM_LOG_DEBUG("clock source: {}, {} ticks per second", to_string(static_cast<ClockSource>(g_clock.source.load())),
-                   g_clock.ticks_per_second);
+    LOOM_LOG_DEBUG("clock source: {}, {} ticks per second",
+                   to_string(static_cast<ClockSource>(g_clock.source.load())), g_clock.ticks_per_second);
 }
 
 Ticks get_time_first() noexcept {
@@ -176,18 +177,18 @@ Status select_clock_source(ClockSource source) noexcept {
     detail::clock_state();  // the first choice happens exactly as without this call
     std::lock_guard guard(g_clock_lock);
     switch (source) {
-    case ClockSource::monotonic:
-        install(ClockSource::monotonic, kNsPerSec);
-        return Status::ok;
-    case ClockSource::tsc: {
-        const std::uint64_t hz = calibrated_tsc_hz();
-        if (hz == 0) {
-            LOOM_LOG_DIAG("clock source tsc requested, but this CPU has no usable invariant TSC");
-            return Status::unsupported;
+        case ClockSource::monotonic:
+            install(ClockSource::monotonic, kNsPerSec);
+            return Status::ok;
+        case ClockSource::tsc: {
+            const std::uint64_t hz = calibrated_tsc_hz();
+            if (hz == 0) {
+                LOOM_LOG_DIAG("clock source tsc requested, but this CPU has no usable invariant TSC");
+                return Status::unsupported;
+            }
+            install(ClockSource::tsc, hz);
+            return Status::ok;
         }
-        install(ClockSource::tsc, hz);
-        return Status::ok;
-    }
     }
     LOOM_LOG_DIAG("unknown clock source {}", static_cast<int>(source));
     return Status::invalid_param;

@@ -72,8 +72,8 @@ namespace detail {
  */
 struct ClockState {
     std::atomic<std::uint8_t> source;
-    std::uint64_t ns_per_tick_q32;  ///< ticks -> ns multiplier, 32.32 fixed point
-    std::uint64_t ticks_per_ns_q32; ///< ns -> ticks multiplier, 32.32 fixed point
+    std::uint64_t ns_per_tick_q32;   ///< ticks -> ns multiplier, 32.32 fixed point
+    std::uint64_t ticks_per_ns_q32;  ///< ns -> ticks multiplier, 32.32 fixed point
     std::uint64_t ticks_per_second;
 };
 
@@ -113,7 +113,8 @@ LOOM_ALWAYS_INLINE Ticks get_time() noexcept {
 #if defined(__x86_64__)
     if (LOOM_LIKELY(source == static_cast<std::uint8_t>(ClockSource::tsc))) return __rdtsc();
 #endif
-    if (LOOM_LIKELY(source == static_cast<std::uint8_t>(ClockSource::monotonic))) return detail::monotonic_ns();
+    if (LOOM_LIKELY(source == static_cast<std::uint8_t>(ClockSource::monotonic)))
+        return detail::monotonic_ns();
     return detail::get_time_first();
 }
 
@@ -123,7 +124,9 @@ inline std::uint64_t ticks_to_ns(Ticks ticks) noexcept {
 }
 
 /** Microseconds in @p ticks (a duration). */
-inline std::uint64_t ticks_to_us(Ticks ticks) noexcept { return ticks_to_ns(ticks) / 1000; }
+inline std::uint64_t ticks_to_us(Ticks ticks) noexcept {
+    return ticks_to_ns(ticks) / 1000;
+}
 
 /** Seconds in @p ticks (a duration). */
 inline double ticks_to_sec(Ticks ticks) noexcept {

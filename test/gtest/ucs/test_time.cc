@@ -130,7 +130,9 @@ TEST_F(ClockTest, ConversionsRoundTrip) {
         const Ticks ticks = ns_to_ticks(ns);
         EXPECT_NEAR(static_cast<double>(ns) * hz / 1e9, static_cast<double>(ticks), 1 + 1e-6 * ticks) << ns;
         // Two roundings of at most one tick each.
-        EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(ticks_to_ns(ticks)), 2 + 2e9 / hz + 1e-9 * ns) << ns;
+        EXPECT_NEAR(static_cast<double>(ns), static_cast<double>(ticks_to_ns(ticks)),
+                    2 + 2e9 / hz + 1e-9 * ns)
+            << ns;
     }
     EXPECT_EQ(ns_to_ticks(5000), us_to_ticks(5));
     EXPECT_NEAR(1234.0, static_cast<double>(ticks_to_us(us_to_ticks(1234))), 1.0);
