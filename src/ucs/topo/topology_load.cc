@@ -397,6 +397,16 @@ Result<Topology> Topology::load(const TopologyParams& params) {
             }
             break;
     }
+    // The Linux backend reads PCI ids, classes and locality from sysfs. hwloc's
+    // libpciaccess plugin adds only vendor names, at the cost of reading every
+    // function's config space and a name cache it never frees; the GPU runtimes'
+    // plugins are slow to initialise and not needed to place NICs.
+    for (const char* component : {"pci", "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"}) {
+        if (hwloc_topology_set_components(hwloc.topology, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                          component) != 0) {
+            LOOM_LOG_DEBUG("hwloc cannot leave out its '{}' component", component);
+        }
+    }
     // Keep the PCI and OS devices that matter (NICs, RDMA devices, GPUs, disks);
     // KEEP_IMPORTANT drops the bridges and the many uninteresting PCI functions.
     hwloc_topology_set_io_types_filter(hwloc.topology, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
