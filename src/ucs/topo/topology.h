@@ -85,9 +85,9 @@ struct PciDevice {
     std::uint16_t class_id = 0;  ///< class << 8 | subclass, e.g. 0x0200 Ethernet
     std::uint16_t vendor_id = 0;
     std::uint16_t device_id = 0;
-    std::string vendor_name;              ///< "" when unknown
-    std::string device_name;              ///< "" when unknown
-    CpuSet cpus;                          ///< CPUs it is local to
+    std::string vendor_name;  ///< "" when unknown (discovery reads ids, not names; XML may have them)
+    std::string device_name;  ///< "" when unknown
+    CpuSet cpus;              ///< CPUs it is local to
     std::vector<unsigned> numa_nodes;     ///< os indexes of the NUMA nodes it is local to
     std::vector<std::string> os_devices;  ///< names of the OS devices on it ("mlx5_0", "ib0")
 };
@@ -163,7 +163,7 @@ public:
     /**
      * The fallback when hwloc fails: one NUMA node (os index 0) with every online CPU
      * and all the memory, one package, one core per CPU, and the network and RDMA
-     * devices found under @p sysfs_root ("" for none) with unknown locality.
+     * devices found under @p sysfs_root ("" for none).
      */
     static Topology degenerate(std::string_view sysfs_root = "/sys");
 
@@ -194,7 +194,8 @@ public:
     /** Number of hardware threads (PUs). */
     unsigned num_pus() const noexcept { return cpus_.count(); }
 
-    /** PCI devices hwloc considers important (network, storage, GPUs...). */
+    /** PCI functions hwloc considers important (network, storage, GPUs...), then those of NICs only sysfs
+     * knows. */
     const std::vector<PciDevice>& pci_devices() const noexcept { return pci_devices_; }
 
     /** OS devices: hardware ones first in hwloc's order, then the software ones by name. */
