@@ -14,4 +14,10 @@ check_output "-f without -c is explained"        '-f only goes with -c'         
 check_output "-d lists the self transport"        '^#   transport self on device memory'      "$info" -d
 check_output "-d shows the performance model"    '^#      model: overhead'                  "$info" -d
 check_output "-d lists the modules searched"     '^# Transport modules \(searched in'       "$info" -d
+check        "-T exits 0"                                                                  "$info" -T
+check_output "-T prints the machine summary"     '^# NUMA nodes: [1-9][0-9]*, packages: [0-9]+, cores: [1-9][0-9]*, PUs: [1-9][0-9]*$' "$info" -T
+check_output "-T lists each node's CPUs"         '^# NUMA node [0-9]+: CPUs [0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*, memory [0-9.]+ [KMGT]?i?B$' "$info" -T
+check_output "-T shows lo as virtual and local"  '^# lo +network +virtual +[0-9a-z,-]+ +0$'   "$info" -T
+check_output "-T names the clock source"         '^# clock: (tsc|monotonic), [0-9]+\.[0-9]+ MHz'  "$info" -T
+check_output "-T prints the NUMA distance matrix" '^#  node1 +20 +10$'                      env HWLOC_SYNTHETIC="node:2 core:1 pu:1" "$info" -T
 finish
