@@ -1,0 +1,80 @@
+/**
+ * ForkedPeer: runs a function in a real child process, with a bidirectional pipe
+ * for exchanging byte blobs (addresses, keys, results) with the parent. Used by
+ * multi-process tests: two processes, not threads pretending to be processes.
+ *
+ *   ForkedPeer peer([](ForkedPeer::Channel& ch) {
+ *       auto addr = ch.recv();      // from the parent
+ *       ...
+ *       ch.send(result);
+ *       return 0;                   // the child's exit code
+ *   });
+ *   peer.channel().send(my_address);
+ *   auto result = peer.channel().recv();
+ *   EXPECT_EQ(0, peer.wait());      // exit code; -signal when killed
+ *
+ * The child exits with _exit() right after the function, so gtest state and the
+ * parent's atexit handlers never run twice. Every receive has a timeout, so a dead
+ * peer makes a test fail instead of hang.
+ */
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom::test {
+
+class ForkedPeer {
+public:
+    /** One end of the pipe pair. */
+    class Channel {
+    public:
+        Channel() = default;
+        Channel(int read_fd, int write_fd) : read_fd_(read_fd), write_fd_(write_fd) {}
+
+        /** Sends one blob (length-prefixed). Returns false when the peer is gone. */
+        bool send(const std::vector<std::uint8_t>& blob);
+        bool send(const std::string& text) { return send(std::vector<std::uint8_t>(text.begin(), text.end())); }
+
+        /** Receives one blob; nullopt on timeout or when the peer closed its end. */
+        std::optional<std::vector<std::uint8_t>> recv(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+        /** Receives one blob as text; empty optional as recv(). */
+        std::optional<std::string> recv_text(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+        void close();
+
+    private:
+        bool read_exact(void* buf, std::size_t len, std::chrono::steady_clock::time_point deadline);
+        int read_fd_ = -1;
+        int write_fd_ = -1;
+    };
+
+    /** Forks and runs @p body in the child; its return value is the child's exit code. */
+    explicit ForkedPeer(std::function<int(Channel&)> body);
+    ~ForkedPeer();
+    ForkedPeer(const ForkedPeer&) = delete;
+    ForkedPeer& operator=(const ForkedPeer&) = delete;
+
+    Channel& channel() { return channel_; }
+    pid_t pid() const { return pid_; }
+
+    /** Kills the child with @p signal (SIGKILL by default): a peer that dies mid-transfer. */
+    void kill(int signal = 9);
+
+    /** Waits for the child; returns its exit code, or minus the signal that killed it, or -1000 on timeout. */
+    int wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+private:
+    pid_t pid_ = -1;
+    Channel channel_;
+    bool reaped_ = false;
+};
+
+}  // namespace loom::test
