@@ -20,4 +20,16 @@ check_output "-T lists each node's CPUs"         '^# NUMA node [0-9]+: CPUs [0-9
 check_output "-T shows lo as virtual and local"  '^# lo +network +virtual +[0-9a-z,-]+ +0$'   "$info" -T
 check_output "-T names the clock source"         '^# clock: (tsc|monotonic), [0-9]+\.[0-9]+ MHz'  "$info" -T
 check_output "-T prints the NUMA distance matrix" '^#  node1 +20 +10$'                      env HWLOC_SYNTHETIC="node:2 core:1 pu:1" "$info" -T
+# Configuration (-c, -cf, -cm), warnings about unknown variables, bad global values.
+noenv="env -u LOOM_LOG_LEVEL -u LOOM_CONFIG_FILE -u LOOM_MODULES"
+check_output "-c prints variables and values"     '^LOOM_LOG_LEVEL=warn$'                   $noenv "$info" -c
+check_output "-c has a header per table"          '^# Global options$'                      "$info" -c
+check_output "-c shows environment values"        '^LOOM_MODULES=\^tcp,shm$'                env LOOM_MODULES='^tcp,shm' "$info" -c
+check_output "-cf documents the syntax"           '^# Syntax: +all, a comma-separated list' "$info" -cf
+check_output "-cm prints a Markdown table"        '^\| `LOOM_MODULES` \| `all` \|'          $noenv "$info" -cm
+check_output "-m without -c is explained"         '-m only goes with -c'                    "$info" -m
+check_output "unknown variable gets a suggestion" 'LOOM_LOG_LEVL; did you mean LOOM_LOG_LEVEL\?' env LOOM_LOG_LEVL=debug "$info" -c
+check        "bad LOOM_MODULES fails -c"          bash -c "! LOOM_MODULES=all,tcp '$info' -c"
+check        "bad LOOM_LOG_LEVEL does not abort"  env LOOM_LOG_LEVEL=loud "$info" -v
+check_output "bad LOOM_LOG_LEVEL is named once"   '^1$'  bash -c "LOOM_LOG_LEVEL=loud '$info' -v 2>&1 | grep -c 'LOOM_LOG_LEVEL=loud: invalid log level'"
 finish

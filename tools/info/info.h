@@ -11,6 +11,9 @@ int print_version();
 /** -c: every configuration variable with its current value; with @p with_docs (-f) its documentation too. */
 int print_config(bool with_docs);
 
+/** -cm: every configuration variable's default and documentation as Markdown (docs/configuration.md). */
+int print_config_markdown();
+
 /** -T: the machine's topology (NUMA nodes, CPUs, PCI devices, NIC distances). */
 int print_topology();
 

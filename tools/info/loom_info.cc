@@ -18,6 +18,8 @@ void usage(FILE* out) {
                  "  -v    version, build options and dependencies\n"
                  "  -c    configuration: every LOOM_* variable and its current value\n"
                  "  -f    with -c: also each variable's documentation (-cf)\n"
+                 "  -m    with -c: every variable's default and documentation as Markdown (-cm),\n"
+                 "        the source of docs/configuration.md\n"
                  "  -T    topology: NUMA nodes, CPUs, PCI devices and NIC distances\n"
                  "  -d    devices and transports with capabilities and performance model\n"
                  "  -h    this help\n"
@@ -28,14 +30,15 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool version = false, config = false, docs = false, topology = false, devices = false;
+    bool version = false, config = false, docs = false, markdown = false, topology = false, devices = false;
     opterr = 0;  // we print our own message
     int opt;
-    while ((opt = getopt(argc, argv, "vcfTdh")) != -1) {
+    while ((opt = getopt(argc, argv, "vcfmTdh")) != -1) {
         switch (opt) {
         case 'v': version = true; break;
         case 'c': config = true; break;
         case 'f': docs = true; break;
+        case 'm': markdown = true; break;
         case 'T': topology = true; break;
         case 'd': devices = true; break;
         case 'h': usage(stdout); return 0;
@@ -54,11 +57,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "loom_info: -f only goes with -c (use -cf)\n");
         return 2;
     }
+    if (markdown && !config) {
+        std::fprintf(stderr, "loom_info: -m only goes with -c (use -cm)\n");
+        return 2;
+    }
     if (!config && !topology && !devices) version = true;
 
     int rc = 0;
     if (version && rc == 0) rc = loom::info::print_version();
-    if (config && rc == 0) rc = loom::info::print_config(docs);
+    if (config && rc == 0) rc = markdown ? loom::info::print_config_markdown() : loom::info::print_config(docs);
     if (topology && rc == 0) rc = loom::info::print_topology();
     if (devices && rc == 0) rc = loom::info::print_devices();
     return rc;
