@@ -29,8 +29,8 @@
  *  - No order among callbacks is guaranteed; every registered callback is called once
  *    per dispatch().
  *  - dispatch() is not re-entrant: a callback that calls dispatch() on its own queue gets
- *    0 back and nothing is dispatched. Destroying the queue while dispatch() runs is
- *    undefined.
+ *    0 back and nothing is dispatched. Callbacks must not throw (dispatch() is noexcept).
+ *    Destroying the queue while dispatch() runs is undefined.
  */
 #pragma once
 
