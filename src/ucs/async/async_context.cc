@@ -55,8 +55,8 @@ bool AsyncContext::in_loop_thread() const noexcept {
 }
 
 bool AsyncContext::thread_running() const noexcept {
-    std::lock_guard guard(thread_lock_);
-    return thread_.joinable();
+    // Not under thread_lock_: a handler may ask while another thread joins it in stop_thread().
+    return thread_running_.load(std::memory_order_acquire);
 }
 
 Status AsyncContext::start_thread() {
@@ -74,6 +74,7 @@ Status AsyncContext::start_thread() {
     stop_.store(false, std::memory_order_relaxed);
     try {
         thread_ = std::thread([this] { thread_main(); });
+        thread_running_.store(true, std::memory_order_release);
     } catch (const std::system_error& e) {
         polling_.store(false, std::memory_order_release);
         LOOM_LOG_ERROR("async: cannot start the event loop thread: {}", e.what());
@@ -99,6 +100,7 @@ Status AsyncContext::stop_thread() {
         LOOM_FATAL("async: cannot wake the event loop thread to stop it: {}", to_string(status));
     }
     thread_.join();
+    thread_running_.store(false, std::memory_order_release);
     polling_.store(false, std::memory_order_release);
     return Status::ok;
 }

@@ -60,6 +60,7 @@
 
 namespace loom::ucs {
 
+/** An epoll event loop with fd handlers and timers; see the file comment. */
 class AsyncContext {
 public:
     /** An fd handler: called on the loop thread with its argument and the ready kEvent flags. */
@@ -89,7 +90,7 @@ public:
      */
     Status stop_thread();
 
-    /** True while the background thread runs. */
+    /** True while the background thread runs (from start_thread() to stop_thread()). Any thread. */
     bool thread_running() const noexcept;
 
     /**
@@ -179,8 +180,9 @@ private:
     std::atomic<std::thread::id> loop_thread_{};  ///< that thread, while it polls
     std::atomic<bool> stop_{false};
 
-    mutable std::mutex thread_lock_;  ///< serializes start_thread() and stop_thread()
+    std::mutex thread_lock_;  ///< serializes start_thread() and stop_thread()
     std::thread thread_;
+    std::atomic<bool> thread_running_{false};
 };
 
 }  // namespace loom::ucs

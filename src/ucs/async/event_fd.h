@@ -23,6 +23,7 @@
 
 namespace loom::ucs {
 
+/** An owned, non-blocking, close-on-exec eventfd used as a wakeup signal. */
 class EventFd {
 public:
     /** Creates a new eventfd; no_resource when the fd limit is reached, io_error otherwise. */
@@ -30,10 +31,13 @@ public:
 
     /** An empty object owning no fd (fd() == -1); every operation on it fails. */
     EventFd() noexcept = default;
+    /** Takes over @p other's fd, leaving @p other empty. */
     EventFd(EventFd&& other) noexcept;
+    /** Closes the owned fd, then takes over @p other's, leaving @p other empty. */
     EventFd& operator=(EventFd&& other) noexcept;
     EventFd(const EventFd&) = delete;
     EventFd& operator=(const EventFd&) = delete;
+    /** Closes the fd. */
     ~EventFd();
 
     /** The fd to poll for readability; -1 for an empty object. */

@@ -31,6 +31,7 @@ inline constexpr std::uint32_t kEventEdgeTriggered = 1u << 3;
 /** Every flag accepted at registration. */
 inline constexpr std::uint32_t kEventAll = kEventRead | kEventWrite | kEventError | kEventEdgeTriggered;
 
+/** An owned epoll set; see the file comment. */
 class EventSet {
 public:
     /** One ready member, as reported by wait(). */
@@ -47,10 +48,13 @@ public:
 
     /** An empty object owning no fd (fd() == -1); every operation on it fails. */
     EventSet() noexcept = default;
+    /** Takes over @p other's epoll fd, leaving @p other empty. */
     EventSet(EventSet&& other) noexcept;
+    /** Closes the owned epoll fd, then takes over @p other's, leaving @p other empty. */
     EventSet& operator=(EventSet&& other) noexcept;
     EventSet(const EventSet&) = delete;
     EventSet& operator=(const EventSet&) = delete;
+    /** Closes the epoll fd (the members themselves stay open). */
     ~EventSet();
 
     /** The aggregated fd: readable while any member has a watched event; -1 when empty. */

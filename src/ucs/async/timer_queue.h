@@ -34,6 +34,7 @@ using TimerCallback = void (*)(void* arg);
  */
 enum class TimerId : std::uint64_t { invalid = 0 };
 
+/** Pending timers in deadline order; see the file comment. */
 class TimerQueue {
 public:
     /** An expired timer handed out by pop_expired(). */
@@ -43,6 +44,7 @@ public:
         void* arg;
     };
 
+    /** An empty queue. */
     TimerQueue() = default;
     TimerQueue(const TimerQueue&) = delete;
     TimerQueue& operator=(const TimerQueue&) = delete;

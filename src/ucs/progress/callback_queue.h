@@ -62,12 +62,15 @@ using ProgressCallback = unsigned (*)(void* arg);
  */
 enum class CallbackId : std::uint64_t { invalid = 0 };
 
+/** The progress engine's callback list; see the file comment for the threading guarantees. */
 class alignas(kCacheLineSize) CallbackQueue {
 public:
     /** Number of persistent callbacks dispatched from the fixed array. */
     static constexpr unsigned kFastSlots = 7;
 
+    /** An empty queue. */
     CallbackQueue();
+    /** Drops every callback; no thread may be inside dispatch(). */
     ~CallbackQueue();
     CallbackQueue(const CallbackQueue&) = delete;
     CallbackQueue& operator=(const CallbackQueue&) = delete;

@@ -410,6 +410,45 @@ TEST(AsyncContext, HandlerRemovesAnotherReadyHandler) {
     EXPECT_TRUE(ha.calls == 0 || hb.calls == 0);
 }
 
+/** Replaces the other fd's registration by a probe, from inside the same epoll batch. */
+struct Swapper {
+    AsyncContext* context = nullptr;
+    int peer_fd = -1;
+    FdProbe* replacement = nullptr;
+    unsigned calls = 0;
+};
+
+void swap_peer_handler(void* arg, std::uint32_t) {
+    auto* s = static_cast<Swapper*>(arg);
+    if (++s->calls == 1) {
+        EXPECT_EQ(Status::ok, s->context->remove_fd(s->peer_fd));
+        EXPECT_EQ(Status::ok, s->context->add_fd(s->peer_fd, kEventRead, probe_handler, s->replacement));
+    }
+}
+
+TEST(AsyncContext, ReregisteredFdGetsNoEventOfTheOldRegistration) {
+    auto context = make_context();
+    ASSERT_TRUE(context);
+    EventFd a = make_event_fd();
+    EventFd b = make_event_fd();
+    FdProbe replacement;
+    Swapper sa{context.get(), b.fd(), &replacement}, sb{context.get(), a.fd(), &replacement};
+    ASSERT_EQ(Status::ok, context->add_fd(a.fd(), kEventRead, swap_peer_handler, &sa));
+    ASSERT_EQ(Status::ok, context->add_fd(b.fd(), kEventRead, swap_peer_handler, &sb));
+    ASSERT_EQ(Status::ok, a.signal());
+    ASSERT_EQ(Status::ok, b.signal());
+    // Both events come back from one epoll_wait; whichever handler runs first replaces the
+    // other, whose already-fetched event belongs to the old registration.
+    EXPECT_EQ(1u, context->progress(0).value_or(99));
+    EXPECT_EQ(1u, sa.calls + sb.calls);
+    EXPECT_EQ(0u, replacement.calls.load());
+    // The new registration gets the fd's events from the next wait on.
+    EXPECT_EQ(2u, context->progress(0).value_or(99));
+    EXPECT_EQ(1u, replacement.calls.load());
+    EXPECT_EQ(Status::ok, context->remove_fd(a.fd()));
+    EXPECT_EQ(Status::ok, context->remove_fd(b.fd()));
+}
+
 struct NestedProgress {
     AsyncContext* context = nullptr;
     Status nested = Status::ok;
@@ -584,6 +623,34 @@ TEST(AsyncContext, CancelTimerWaitsForRunningCallback) {
     std::this_thread::sleep_for(milliseconds(3));  // a few more periods: none may fire
     ASSERT_EQ(Status::ok, context->stop_thread());
     EXPECT_EQ(1u, cb.calls.load());
+}
+
+struct StatusQuery {
+    AsyncContext* context = nullptr;
+    std::atomic<bool> entered{false};
+    std::atomic<bool> stopping{false};
+    std::atomic<int> running{-1};
+};
+
+void query_while_stopping(void* arg) {
+    auto* q = static_cast<StatusQuery*>(arg);
+    q->entered.store(true);
+    while (!q->stopping.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(milliseconds(2));  // let stop_thread() reach its join
+    q->running.store(q->context->thread_running() ? 1 : 0);
+}
+
+TEST(AsyncContext, CallbackMayQueryTheThreadWhileItIsBeingStopped) {
+    auto context = make_context();
+    ASSERT_TRUE(context);
+    StatusQuery query{context.get()};
+    ASSERT_TRUE(context->add_timer(nanoseconds(0), {}, query_while_stopping, &query).ok());
+    ASSERT_EQ(Status::ok, context->start_thread());
+    wait_until([&] { return query.entered.load(); });
+    query.stopping.store(true);
+    EXPECT_EQ(Status::ok, context->stop_thread());  // joins while the callback asks
+    EXPECT_EQ(1, query.running.load());
+    EXPECT_FALSE(context->thread_running());
 }
 
 /** Handlers and timers added and removed from another thread while the loop runs. */
