@@ -29,8 +29,8 @@
  *  - No order among callbacks is guaranteed; every registered callback is called once
  *    per dispatch().
  *  - dispatch() is not re-entrant: a callback that calls dispatch() on its own queue gets
- *    0 back and nothing is dispatched. Destroying the queue while dispatch() runs is
- *    undefined.
+ *    0 back and nothing is dispatched. Callbacks must not throw (dispatch() is noexcept).
+ *    Destroying the queue while dispatch() runs is undefined.
  */
 #pragma once
 
@@ -62,12 +62,15 @@ using ProgressCallback = unsigned (*)(void* arg);
  */
 enum class CallbackId : std::uint64_t { invalid = 0 };
 
+/** The progress engine's callback list; see the file comment for the threading guarantees. */
 class alignas(kCacheLineSize) CallbackQueue {
 public:
     /** Number of persistent callbacks dispatched from the fixed array. */
     static constexpr unsigned kFastSlots = 7;
 
+    /** An empty queue. */
     CallbackQueue();
+    /** Drops every callback; no thread may be inside dispatch(). */
     ~CallbackQueue();
     CallbackQueue(const CallbackQueue&) = delete;
     CallbackQueue& operator=(const CallbackQueue&) = delete;
