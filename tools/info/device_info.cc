@@ -84,7 +84,7 @@ int print_devices() {
     std::string dir_list;
     for (const auto& dir : dirs) dir_list += (dir_list.empty() ? "" : ":") + dir;
 
-    const auto& modules = ucs::load_modules("uct", {dirs, nullptr});
+    const auto& modules = ucs::load_modules("uct");
     std::printf("# Transport modules (searched in %s):\n", dir_list.c_str());
     if (modules.empty()) std::printf("#   none found\n");
     for (const auto& module : modules) {

@@ -41,10 +41,10 @@ const RegisteredTable<GlobalOptions>& make_global_table() {
                   "list (^tcp loads every module except tcp).",
                   &GlobalOptions::modules, AllowListParser()),
             field("MODULE_DIR", "",
-                  "The directory to load transport modules from; empty for the directory Loom was "
-                  "installed with.",
+                  "The directories (colon-separated) to load transport modules from; empty for the "
+                  "lib/loom directory beside libloom-ucs, then the directory Loom was installed with.",
                   &GlobalOptions::module_dir,
-                  StringParser("directory", "a directory name, or empty for the built-in one", nullptr)),
+                  StringParser("directories", "directory names separated by colons, or empty for the built-in ones", nullptr)),
         });
     return *table;
 }
@@ -93,24 +93,6 @@ Status apply_log_options(const GlobalOptions& options) {
     return result;
 }
 
-bool is_valid_log_level_spec(std::string_view spec) {
-    // The grammar of log::set_level_spec(), which offers no check-only mode.
-    std::size_t pos = 0;
-    while (pos <= spec.size()) {
-        std::size_t comma = std::min(spec.find(',', pos), spec.size());
-        std::string_view item = detail::trim(spec.substr(pos, comma - pos));
-        pos = comma + 1;
-        if (item.empty()) continue;
-        log::Level level;
-        std::size_t eq = item.find_first_of("=:");
-        if (eq == std::string_view::npos) {
-            if (log::parse_level(item, level) != Status::ok) return false;
-        } else if (detail::trim(item.substr(0, eq)).empty() ||
-                   log::parse_level(item.substr(eq + 1), level) != Status::ok) {
-            return false;
-        }
-    }
-    return true;
-}
+bool is_valid_log_level_spec(std::string_view spec) { return log::check_level_spec(spec) == Status::ok; }
 
 }  // namespace loom::ucs::config

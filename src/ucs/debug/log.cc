@@ -118,12 +118,16 @@ Component& default_component() noexcept {
     return component;
 }
 
-Status set_level_spec(std::string_view spec) {
-    Level global = kDefaultLevel;
-    bool have_global = false;
-    std::map<std::string, Level, std::less<>> overrides;
+namespace {
 
-    // Parse everything first so a bad spec changes nothing.
+/** A parsed level spec: the global level (if given) and per-component overrides. */
+struct LevelSpec {
+    Level global = kDefaultLevel;
+    std::map<std::string, Level, std::less<>> overrides;
+};
+
+/** Parses "info,tcp=debug"; invalid_param on any bad item. */
+Status parse_level_spec(std::string_view spec, LevelSpec& out) {
     std::size_t pos = 0;
     while (pos <= spec.size()) {
         std::size_t comma = spec.find(',', pos);
@@ -135,20 +139,35 @@ Status set_level_spec(std::string_view spec) {
         Level level;
         if (eq == std::string_view::npos) {
             if (parse_level(item, level) != Status::ok) return Status::invalid_param;
-            global = level;
-            have_global = true;
+            out.global = level;
         } else {
             std::string_view name = trim(item.substr(0, eq));
             if (name.empty() || parse_level(item.substr(eq + 1), level) != Status::ok) {
                 return Status::invalid_param;
             }
-            overrides[lower(name)] = level;
+            out.overrides[lower(name)] = level;
         }
     }
+    return Status::ok;
+}
+
+}  // namespace
+
+Status check_level_spec(std::string_view spec) {
+    LevelSpec parsed;
+    return parse_level_spec(spec, parsed);
+}
+
+Status set_level_spec(std::string_view spec) {
+    // Parse everything first so a bad spec changes nothing.
+    LevelSpec parsed;
+    if (Status status = parse_level_spec(spec, parsed); status != Status::ok) return status;
+    Level global = parsed.global;
+    auto overrides = std::move(parsed.overrides);
 
     Registry& reg = registry();
     std::lock_guard guard(reg.lock);
-    reg.global_level = have_global ? global : kDefaultLevel;
+    reg.global_level = global;
     reg.overrides = std::move(overrides);
     for (Component* component : reg.components) {
         component->set_level(reg.level_for(component->name()));

@@ -91,6 +91,9 @@ Status set_level_spec(std::string_view spec);
  */
 Status set_output_file(std::string_view path);
 
+/** Checks a level spec (the grammar of set_level_spec) without applying it; invalid_param when bad. */
+Status check_level_spec(std::string_view spec);
+
 /** Names of every registered component, for help texts and tests. */
 std::vector<std::string> component_names();
 

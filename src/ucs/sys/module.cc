@@ -1,5 +1,6 @@
 #include "ucs/sys/module.h"
 
+#include "ucs/config/global_options.h"
 #include "ucs/debug/log.h"
 
 #include <dirent.h>
@@ -93,8 +94,10 @@ std::string_view to_string(ModuleState state) noexcept {
 
 std::vector<std::string> default_module_dirs() {
     std::vector<std::string> dirs;
-    if (const char* env = std::getenv("LOOM_MODULE_DIR"); env && *env) {
-        std::string_view list(env);
+    // Read now, not at load time: a test or a launcher may set it after libloom-ucs loaded.
+    std::string configured = config::load_global_options().module_dir;
+    if (!configured.empty()) {
+        std::string_view list(configured);
         while (!list.empty()) {
             std::size_t colon = list.find(':');
             std::string_view dir = list.substr(0, colon);
@@ -131,6 +134,13 @@ const std::vector<ModuleInfo>& load_modules(std::string_view framework, const Mo
         }
     }
     return reg.by_framework.emplace(std::string(framework), std::move(result)).first->second;
+}
+
+const std::vector<ModuleInfo>& load_modules(std::string_view framework) {
+    config::AllowList allowed = config::load_global_options().modules;
+    return load_modules(framework, {default_module_dirs(), [allowed](std::string_view name) {
+                                        return allowed.allows(name);
+                                    }});
 }
 
 std::vector<ModuleInfo> module_report(std::string_view framework) {

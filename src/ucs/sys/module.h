@@ -47,7 +47,8 @@ struct ModuleLoadParams {
 std::string_view to_string(ModuleState state) noexcept;
 
 /**
- * The default module directories: those in LOOM_MODULE_DIR (colon-separated) when set,
+ * The default module directories: those in LOOM_MODULE_DIR (colon-separated, read from
+ * the environment and config file at the time of the call) when set,
  * else "<directory of libloom-ucs.so>/loom" (so a relocated install finds its modules),
  * then the configured install directory.
  */
@@ -60,6 +61,9 @@ std::vector<std::string> default_module_dirs();
  * and never fatal.
  */
 const std::vector<ModuleInfo>& load_modules(std::string_view framework, const ModuleLoadParams& params);
+
+/** Loads @p framework's modules from default_module_dirs(), filtered by the LOOM_MODULES allow-list. */
+const std::vector<ModuleInfo>& load_modules(std::string_view framework);
 
 /** Modules of @p framework loaded so far (empty when load_modules was never called for it). */
 std::vector<ModuleInfo> module_report(std::string_view framework);

@@ -115,6 +115,17 @@ TEST_F(ModuleTest, MissingDirectoryFindsNothing) {
     EXPECT_TRUE(modules.empty());
 }
 
+TEST_F(ModuleTest, LoomModulesAllowListIsApplied) {
+    install("good", "kept");
+    install("badinit", "dropped");
+    test::ScopedEnv dirs("LOOM_MODULE_DIR", dir_.string());
+    test::ScopedEnv allow("LOOM_MODULES", std::string("^dropped"));
+    const auto& modules = load_modules(framework_);
+    ASSERT_EQ(2u, modules.size());
+    EXPECT_EQ(ModuleState::loaded, find(modules, "kept")->state);
+    EXPECT_EQ(ModuleState::disabled, find(modules, "dropped")->state);
+}
+
 TEST(ModuleDirs, EnvironmentOverridesDefaults) {
     test::ScopedEnv env("LOOM_MODULE_DIR", std::string("/a:/b::/c"));
     EXPECT_EQ((std::vector<std::string>{"/a", "/b", "/c"}), default_module_dirs());
