@@ -16,6 +16,7 @@
  */
 #pragma once
 
+#include "ucs/config/table.h"
 #include "ucs/progress/callback_queue.h"
 #include "ucs/type/result.h"
 #include "uct/api/uct_types.h"
@@ -87,8 +88,8 @@ struct EpParams {
 
 /** Parameters of Md::iface_open. */
 struct IfaceParams {
-    /** Config overrides applied after the environment: name (without prefix) -> value. */
-    std::vector<std::pair<std::string, std::string>> config_overrides;
+    /** Values of the transport's config table set by the application, applied after the environment. */
+    ucs::config::Overrides config_overrides;
 };
 
 /** A registered active-message handler. */

@@ -8,6 +8,7 @@
  */
 #pragma once
 
+#include "ucs/datastruct/queue.h"
 #include "ucs/type/status.h"
 
 #include <cstddef>
@@ -86,11 +87,15 @@ enum AmHandlerFlags : unsigned {
     kAmHandlerSync = 1u << 0,   ///< called only from Worker::progress() (the default and only mode for now)
 };
 
-/** Pending request: queued by Iface::pending_add after NO_RESOURCE, re-tried by the transport. */
+/**
+ * Pending request: queued by ep_pending_add after an operation returned no_resource,
+ * and run again by the transport when resources free up (requests of all endpoints
+ * of an iface are served fairly, round-robin by endpoint).
+ */
 struct PendingReq {
-    /** Retries the operation; Status::ok or in_progress removes it, no_resource keeps it queued. */
+    /** Retries the operation: ok or in_progress dequeues it, no_resource keeps it queued at the head. */
     Status (*func)(PendingReq* self);
-    PendingReq* next_;  ///< owned by the transport while queued
+    ucs::QueueLink link;  ///< owned by the transport while queued
 };
 
 /** Callback of Iface::pending_purge for each request removed without running. */
