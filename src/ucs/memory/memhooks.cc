@@ -6,6 +6,8 @@
 #include "ucs/memory/memhooks_internal.h"
 #include "ucs/memory/memory_log.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -65,12 +67,24 @@ public:
 
     void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
+    /** Forgets a holder: for the child of fork(), where the holder does not exist. */
+    void reset() noexcept { locked_.store(false, std::memory_order_relaxed); }
+
 private:
     std::atomic<bool> locked_{false};
 };
 
 constinit SpinLock g_dispatch_lock;
 constinit MemEventListener* g_listeners = nullptr;  // under g_dispatch_lock
+
+/*
+ * A thread of the parent may have held the lock when another one forked; the child
+ * has no such thread, and its first munmap() would spin forever. The queues it was
+ * updating hold at worst one range too many, which only invalidates more.
+ */
+void reset_dispatch_lock_in_child() noexcept { g_dispatch_lock.reset(); }
+
+[[maybe_unused]] const int g_atfork_registered = ::pthread_atfork(nullptr, nullptr, &reset_dispatch_lock_in_child);
 
 /*
  * A counting filter of the watched address space, so that the hooks queue nothing
@@ -279,8 +293,38 @@ void MemEventListener::stop() noexcept {
     started_ = false;
 }
 
+namespace {
+
+constexpr unsigned kListenerPageShift = 12;  // 4 KiB whatever the page size: finer is never wrong
+
+}  // namespace
+
+void MemEventListener::count_pages(std::uintptr_t start, std::uintptr_t end, std::uint32_t delta) noexcept {
+    const std::uintptr_t first = start >> kListenerPageShift;
+    const std::uintptr_t last = (end - 1) >> kListenerPageShift;
+    if (last - first >= kPageSlots) {
+        wide_.fetch_add(delta, std::memory_order_relaxed);
+        return;
+    }
+    for (std::uintptr_t page = first; page <= last; ++page) {
+        pages_[page & (kPageSlots - 1)].fetch_add(delta, std::memory_order_relaxed);
+    }
+}
+
+bool MemEventListener::may_watch(std::uintptr_t start, std::uintptr_t end) const noexcept {
+    if (wide_.load(std::memory_order_relaxed) != 0) return true;
+    const std::uintptr_t first = start >> kListenerPageShift;
+    const std::uintptr_t last = (end - 1) >> kListenerPageShift;
+    if (last - first >= kPageSlots) return true;
+    for (std::uintptr_t page = first; page <= last; ++page) {
+        if (pages_[page & (kPageSlots - 1)].load(std::memory_order_relaxed) != 0) return true;
+    }
+    return false;
+}
+
 void MemEventListener::watch(std::uintptr_t start, std::uintptr_t end) noexcept {
     LOOM_ASSERT(started_ && start < end);
+    count_pages(start, end, 1);
     filter_update(start, end, 1);
     g_watch_total.fetch_add(1, std::memory_order_relaxed);
     if (mode_ == MemEventsMode::hooks) detail::g_hook_armed.fetch_add(1, std::memory_order_relaxed);
@@ -293,13 +337,17 @@ void MemEventListener::unwatch(std::uintptr_t start, std::uintptr_t end) noexcep
     if (mode_ == MemEventsMode::hooks) detail::g_hook_armed.fetch_sub(1, std::memory_order_relaxed);
     g_watch_total.fetch_sub(1, std::memory_order_relaxed);
     filter_update(start, end, -1);
+    count_pages(start, end, static_cast<std::uint32_t>(-1));
 }
 
 std::size_t MemEventListener::drain(Range* out) noexcept { return MemEventDispatch::drain(*this, out); }
 
 void MemEventListener::push(std::uintptr_t start, std::uintptr_t end) noexcept {
     // Called with the dispatch lock held, from inside the application's munmap() or
-    // free(): bounded work, no allocation.
+    // free(): bounded work, no allocation. Events near but not on the watched pages
+    // (small blocks freed next to a registered buffer) stop here, so they neither fill
+    // the queue nor, merged on overflow, widen into a registered range.
+    if (!may_watch(start, end)) return;
     for (std::size_t i = 0; i < count_; ++i) {
         Range& r = queue_[i];
         if (start <= r.end && r.start <= end) {  // overlapping or touching: widen in place

@@ -21,9 +21,11 @@
  *
  * Who receives them: MemEventListener objects (one per registration cache). A listener
  * declares the address ranges it cares about with watch(); an event is queued, in a
- * small bounded queue inside every started listener, only when it touches a watched
- * range, and the listener drains the queue when it is convenient (the cache does it
- * at the start of its next operation, under its own lock). Nothing else runs inside
+ * small bounded queue inside the listener, only when it touches a page the listener
+ * watches (two counting filters decide: a process-wide one with 256 KiB blocks, read
+ * without a lock, and one per listener with 4 KiB pages), and the listener drains the
+ * queue when it is convenient (the cache does it at the start of its next operation,
+ * under its own lock). Nothing else runs inside
  * the application's munmap() or free(): no allocation, no callback, no lock other
  * than one short spin lock around the queues. When nothing is watched, an
  * interposed free() costs one load and one branch before forwarding.
@@ -143,6 +145,9 @@ public:
     /** Ranges kept before merging; drain() needs room for this many. */
     static constexpr std::size_t kCapacity = 64;
 
+    /** Slots of the listener's page filter (4 KiB pages 16 MiB apart share one). */
+    static constexpr std::size_t kPageSlots = 4096;
+
     MemEventListener() noexcept = default;
     /** Stops the listener (see stop()); every watch() must have been undone. */
     ~MemEventListener();
@@ -184,8 +189,14 @@ public:
 private:
     friend struct MemEventDispatch;
 
-    /** Queues [start, end); called with the dispatch lock held. */
+    /** Queues [start, end) if it touches a watched page; called with the dispatch lock held. */
     void push(std::uintptr_t start, std::uintptr_t end) noexcept;
+
+    /** Adds @p delta to the page filter counts of [start, end). */
+    void count_pages(std::uintptr_t start, std::uintptr_t end, std::uint32_t delta) noexcept;
+
+    /** True when [start, end) may touch a watched page. */
+    bool may_watch(std::uintptr_t start, std::uintptr_t end) const noexcept;
 
     MemEventListener* next_ = nullptr;  // in the process-wide list, under the dispatch lock
     MemEventListener* prev_ = nullptr;
@@ -196,6 +207,8 @@ private:
     std::size_t watches_ = 0;  // owner-side count, to check that watch() and unwatch() pair up
     std::size_t count_ = 0;    // queued ranges, under the dispatch lock
     Range queue_[kCapacity];
+    std::atomic<std::uint32_t> wide_{0};  // watched ranges longer than the page filter
+    std::atomic<std::uint32_t> pages_[kPageSlots]{};
 };
 
 }  // namespace loom::ucs

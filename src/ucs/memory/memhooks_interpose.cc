@@ -329,6 +329,19 @@ bool same_object(const void* a, const void* b) noexcept {
     return info_a.dli_fbase == info_b.dli_fbase;
 }
 
+/**
+ * Other objects' calls to free() or munmap() are bound to the definitions in this
+ * library for the rest of the process, whether or not anything listens: unloading it
+ * would leave them jumping into unmapped code. It is made undeletable when loaded (a
+ * no-op when it is a dependency of the executable, which is never unloaded anyway).
+ */
+__attribute__((constructor)) void pin_this_library() {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<const void*>(&pin_this_library), &info) != 0 && info.dli_fname != nullptr) {
+        (void)::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
+}
+
 }  // namespace
 
 namespace detail {

