@@ -41,8 +41,12 @@ const config::RegisteredTable<RcacheConfig>& make_rcache_table() {
 // Registered when libloom-ucs is loaded, so loom_info and the documentation list it.
 [[maybe_unused]] const config::TableBase& g_rcache_table_at_load = make_rcache_table();
 
-static_assert(alignof(std::max_align_t) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
-              "regions are allocated with the default operator new alignment");
+// Regions are cache-line aligned: a hit reads the bounds and rights and updates the
+// count and the link, and the transport then reads its memory handle from the start
+// of the private area, all in one line.
+constexpr std::align_val_t kRegionAlignment{kCacheLineSize};
+static_assert(detail::kRcachePrivateOffset + 16 <= kCacheLineSize || sizeof(void*) != 8,
+              "RcacheRegion grew: keep it and the first private bytes in one cache line");
 
 }  // namespace
 
@@ -365,7 +369,7 @@ void Rcache::destroy(RegionList& dead) noexcept {
 }
 
 RcacheRegion* Rcache::allocate_region(std::uintptr_t start, std::uintptr_t end, unsigned access) noexcept {
-    void* memory = ::operator new(detail::kRcachePrivateOffset + private_size_, std::nothrow);
+    void* memory = ::operator new(detail::kRcachePrivateOffset + private_size_, kRegionAlignment, std::nothrow);
     if (memory == nullptr) return nullptr;
     auto* region = new (memory) RcacheRegion(start, end, access);
     std::memset(region->private_data(), 0, private_size_);
@@ -374,7 +378,7 @@ RcacheRegion* Rcache::allocate_region(std::uintptr_t start, std::uintptr_t end, 
 
 void Rcache::free_region(RcacheRegion* region) noexcept {
     region->~RcacheRegion();
-    ::operator delete(region);
+    ::operator delete(region, kRegionAlignment);
 }
 
 }  // namespace loom::ucs

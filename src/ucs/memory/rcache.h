@@ -62,6 +62,7 @@
 #include "ucs/config/table.h"
 #include "ucs/datastruct/list.h"
 #include "ucs/memory/memhooks.h"
+#include "ucs/sys/compiler.h"
 #include "ucs/type/result.h"
 #include "ucs/type/status.h"
 
@@ -251,8 +252,9 @@ private:
 
     explicit Rcache(const RcacheParams& params, const RcacheConfig& limits);
 
-    Status lookup_slow(std::uintptr_t start, std::uintptr_t end, unsigned access, RcacheRegion*& region,
-                       RegionList& dead);
+    // Out of line: the hit path in lookup() stays small.
+    LOOM_NOINLINE Status lookup_slow(std::uintptr_t start, std::uintptr_t end, unsigned access,
+                                     RcacheRegion*& region, RegionList& dead);
     Status register_region(std::uintptr_t start, std::uintptr_t end, unsigned access, RcacheRegion*& region);
     void process_events(RegionList& dead) noexcept;
     void remove_from_cache(RegionMap::iterator it, RegionList& dead) noexcept;

@@ -641,17 +641,28 @@ TEST(Rcache, HitCost) {
         ASSERT_EQ(Status::ok, cache->lookup(pages.at(2 * i), kPage, 1, r));
         cache->release(r);
     }
-    constexpr int kRounds = 200000;
+    // The best of several rounds: the machine may be shared, and preemption only adds.
+    constexpr int kRounds = 10;
+    constexpr int kPerRound = 20000;
+    double best = 1e9;
+    double total = 0;
     RcacheRegion* r = nullptr;
-    const Ticks start = get_time();
-    for (int i = 0; i < kRounds; ++i) {
-        if (cache->lookup(pages.at(2 * static_cast<std::size_t>(i % 32), 64), 4096 - 128, 1, r) != Status::ok) break;
-        cache->release(r);
+    for (int round = 0; round < kRounds; ++round) {
+        const Ticks start = get_time();
+        for (int i = 0; i < kPerRound; ++i) {
+            const std::size_t page = 2 * static_cast<std::size_t>(i % 32);
+            ASSERT_EQ(Status::ok, cache->lookup(pages.at(page, 64), kPage - 128, 1, r));
+            cache->release(r);
+        }
+        const double ns = static_cast<double>(ticks_to_ns(get_time() - start)) / kPerRound;
+        best = std::min(best, ns);
+        total += ns;
     }
-    const double ns = static_cast<double>(ticks_to_ns(get_time() - start)) / kRounds;
     EXPECT_EQ(32u, backend.registrations());
-    std::printf("[ INFO     ] rcache hit: lookup + release of a cached region: %.1f ns (32 regions, one thread)\n", ns);
-    RecordProperty("rcache_hit_ns", static_cast<int>(ns));
+    EXPECT_EQ(static_cast<std::uint64_t>(kRounds) * kPerRound, cache->stats().hits);
+    std::printf("[ INFO     ] rcache hit (lookup + release, 32 regions, one thread): best %.1f ns, mean %.1f ns\n",
+                best, total / kRounds);
+    RecordProperty("rcache_hit_ns", static_cast<int>(best));
 }
 
 }  // namespace
