@@ -23,7 +23,7 @@
  * one through the backend: the union of the request and every cached region it
  * overlaps, with the union of their rights, so overlapping lookups converge on one
  * registration instead of piling up. The regions it replaces leave the cache at once
- * and are deregistered when their last holder releases them. Regions that merely touch
+ * and are deregistered then, or when their last holder releases them. Regions that merely touch
  * the request are not merged: streaming through a large buffer piece by piece must not
  * re-register ever larger regions. When registering the union fails and the union is
  * larger than the request (say, part of an old region's memory is now read-only), the
