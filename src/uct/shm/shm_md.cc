@@ -228,6 +228,7 @@ Result<MemH> ShmMd::add_region(std::uint8_t* address, std::size_t length, unsign
     detail::RegionTable& table = detail::region_table();
     std::lock_guard guard(table.lock);
     table.regions.emplace(region->key_id, region.get());
+    table.handles.insert(region.get());
     return static_cast<MemH>(region.release());
 }
 
@@ -236,14 +237,14 @@ Status ShmMd::remove_region(MemH memh, bool allocated) {
     detail::RegionTable& table = detail::region_table();
     {
         std::lock_guard guard(table.lock);
-        auto it = region == nullptr ? table.regions.end() : table.regions.find(region->key_id);
-        if (it == table.regions.end() || it->second != region || region->md != this ||
-            (region->segment != nullptr) != allocated) {
+        // Only a live handle may be dereferenced: a stale or foreign one is just a pointer value.
+        if (table.handles.count(region) == 0 || region->md != this || (region->segment != nullptr) != allocated) {
             LOOM_LOG_ERROR("{}: {} is not a {} of this md", allocated ? "mem_free" : "mem_dereg", memh,
                            allocated ? "mem_alloc allocation" : "registration");
             return Status::invalid_param;
         }
-        table.regions.erase(it);
+        table.regions.erase(region->key_id);
+        table.handles.erase(region);
     }
     delete region;  // unmaps and removes the segment of an allocation
     return Status::ok;
@@ -283,8 +284,7 @@ Status ShmMd::mkey_pack(MemH memh, std::uint8_t* out) const {
     {
         detail::RegionTable& table = detail::region_table();
         std::lock_guard guard(table.lock);
-        auto it = region == nullptr ? table.regions.end() : table.regions.find(region->key_id);
-        if (it == table.regions.end() || it->second != region || region->md != this) {
+        if (table.handles.count(region) == 0 || region->md != this) {
             LOOM_LOG_ERROR("mkey_pack: {} is not a memory handle of this md", memh);
             return Status::invalid_param;
         }

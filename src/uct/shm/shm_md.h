@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace loom::uct::shm {
 
@@ -133,7 +134,8 @@ namespace detail {
 /** The process-wide table of regions by key id, and its lock. */
 struct RegionTable {
     std::mutex lock;
-    std::map<std::uint64_t, MemRegion*> regions;
+    std::map<std::uint64_t, MemRegion*> regions;  ///< by key id
+    std::set<const MemRegion*> handles;           ///< the live MemH values, checked before use
 };
 
 RegionTable& region_table();
