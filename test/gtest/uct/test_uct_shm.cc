@@ -422,7 +422,9 @@ TEST_F(ShmRkeyTest, MemAllocMemoryWorksForEveryOperation) {
     EXPECT_EQ(5u, *reinterpret_cast<std::uint64_t*>(memory + 8000));
     EXPECT_EQ(9u, *reinterpret_cast<std::uint32_t*>(memory + 8016));
     // The region ends at the length asked for, not at the page.
+    loom::test::LogCapture capture("error");
     EXPECT_EQ(Status::access_denied, ep_put_short(ep_, data.data(), 8, base + 8190, rkey.rkey));
+    EXPECT_EQ(1, capture.count("outside the remote key's region"));
     shm_component().rkey_release(rkey);
     EXPECT_EQ(Status::ok, receiver_->md().mem_free(alloc->second));
 }
