@@ -13,7 +13,8 @@ const RegisteredTable<ShmConfig> g_table{
     {
         field("FIFO_SIZE", "256k",
               "Bytes of the receive ring of each interface (rounded up to a power of two of 64-byte "
-              "cells). It must hold at least four of the largest messages (MAX_BCOPY plus 64 bytes).",
+              "cells). It must hold at least four of the largest messages (MAX_BCOPY plus 144 bytes of "
+              "headers).",
               &ShmConfig::fifo_size, SizeParser()),
         field("MAX_BCOPY", "8k",
               "Largest payload of one am_bcopy, put_bcopy or get_bcopy, and the fragment size of "
@@ -27,8 +28,8 @@ const RegisteredTable<ShmConfig> g_table{
               "kernel.yama.ptrace_scope or across users).",
               &ShmConfig::cma, TernaryParser().disallow_auto()),
         field("SEGMENT", "auto",
-              "How shared memory is created: memfd (peers open /proc/<pid>/fd/<fd>; nothing appears "
-              "in /dev/shm), posix (named /dev/shm/loom-<uid>-<pid>-<start>-<cookie>, removed when "
+              "How shared memory is created: memfd (peers open /proc/PID/fd/FD; nothing appears "
+              "in /dev/shm), posix (named /dev/shm/loom-UID-PID-START-COOKIE, removed when "
               "the interface closes or the memory is freed, and by the next process when the owner "
               "crashed), or auto (memfd when peers can open our /proc links, else posix).",
               &ShmConfig::segment,

@@ -715,6 +715,47 @@ TEST(ShmPeerFailure, OutstandingOperationsCompleteWithAnErrorWhenThePeerIsKilled
     shm_component().rkey_release(*rkey);
 }
 
+TEST(ShmMultiProcess, CancelingFlushCompletesOutstandingEmulatedOperations) {
+    ForkedPeer child(idle_peer);  // never progresses: nothing it is sent gets done
+    // 1 KiB fragments: a 3000-byte put takes three, so one of them ends up half out when the
+    // peer's 256 KiB FIFO fills (the 82nd, as the sizes go).
+    ShmSide side({{"SHM_CMA", "no"}, {"SHM_MAX_BCOPY", "1k"}});
+    auto address = child.channel().recv();
+    auto key = child.channel().recv();
+    auto remote = child.channel().recv();
+    ASSERT_TRUE(address && key && remote);
+    Ep* ep = side.connect_or_throw(*address);
+    auto rkey = shm_component().rkey_unpack(key->data(), key->size());
+    ASSERT_TRUE(rkey.ok());
+    std::uint64_t base;
+    std::memcpy(&base, remote->data(), 8);
+    std::vector<std::uint8_t> local(kSmall);
+    Iov get_iov{local.data(), local.size(), kMemHNull};
+    TestCompletion get, put, flush;
+    ASSERT_EQ(Status::in_progress, ep_get_zcopy(ep, &get_iov, 1, base, rkey->rkey, &get));
+    std::vector<std::uint8_t> data(3000, 1);
+    Iov put_iov{data.data(), data.size(), kMemHNull};
+    Status status;
+    int puts = 0;
+    while ((status = ep_put_zcopy(ep, &put_iov, 1, base, rkey->rkey, &put)) == Status::ok) ++puts;
+    ASSERT_EQ(Status::in_progress, status) << "after " << puts << " puts";
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 0, nullptr, 0)) << "the endpoint waits for the put";
+    ASSERT_EQ(Status::in_progress, ep_flush(ep, kFlushLocal, &flush));
+    EXPECT_EQ(Status::ok, ep_flush(ep, kFlushCancel, nullptr));
+    EXPECT_EQ(1, get.fired);
+    EXPECT_EQ(Status::canceled, get.status);
+    EXPECT_EQ(1, put.fired);
+    EXPECT_EQ(Status::canceled, put.status);
+    EXPECT_EQ(1, flush.fired);
+    // Nothing is outstanding any more, and the endpoint takes new work again (when there is room).
+    EXPECT_EQ(Status::ok, ep_flush(ep, kFlushLocal, nullptr));
+    TestCompletion iface;
+    EXPECT_EQ(Status::ok, uct::iface_flush(&side.iface(), kFlushLocal, &iface));
+    // The half-sent put left a few cells: enough for a one-cell message once nothing blocks it.
+    EXPECT_EQ(Status::ok, ep_am_short(ep, kAmId, 0, nullptr, 0));
+    shm_component().rkey_release(*rkey);
+}
+
 TEST(ShmPeerFailure, EndpointDestroyedInItsErrorCallback) {
     ForkedPeer child(idle_peer);
     ShmSide side({{"SHM_PEER_CHECK_INTERVAL", "2ms"}});
