@@ -15,7 +15,12 @@
  * endpoint's FIFO pointer is swapped for a FIFO that is always full, so its sends take
  * the slow path and return the error with no test on the fast path; progress then
  * completes its outstanding operations and flush requests with the error and calls
- * EpParams::on_error.
+ * EpParams::on_error (which may destroy the endpoint; completion callbacks may not).
+ *
+ * Limits: a sender killed between reserving cells and publishing them leaves a hole the
+ * consumer waits at forever (the FIFO has no record of who reserved it; every
+ * lock-free ring with in-place messages shares this). An iface belongs to the process
+ * that opened it: a forked child must open its own.
  */
 #pragma once
 
