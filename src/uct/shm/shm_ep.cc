@@ -293,13 +293,14 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
 Status EpOps::pending_add(Ep* base, PendingReq* req, unsigned) {
     ShmEp* ep = shm_ep(base);
     auto* iface = static_cast<ShmIface*>(ep->iface);
+    // A failed endpoint queues nothing: busy makes the caller retry, and the retry reports the error.
+    if (ep->status != Status::ok) return Status::busy;
     // Room now (and nobody queued before it): the caller should just retry.
-    if (ep->pending.empty() && ep->status == Status::ok && !(ep->flags & kEpBlocked) &&
-        fifo_free_cells(ep->fifo) >= iface->pending_room_) {
+    if (ep->pending.empty() && !(ep->flags & kEpBlocked) && fifo_free_cells(ep->fifo) >= iface->pending_room_) {
         return Status::busy;
     }
     ep->pending.push_back(*req);
-    if (ep->status == Status::ok && !ep->pending_link.linked()) {
+    if (!ep->pending_link.linked()) {
         iface->pending_eps_.push_back(*ep);
         iface->set_work(ShmIface::kWorkPending);
     }
