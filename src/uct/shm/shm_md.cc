@@ -198,8 +198,9 @@ Status ShmMd::query(MdAttr& attr) const {
     attr.max_alloc = std::size_t{1} << 40;
     attr.max_reg = SIZE_MAX;
     attr.rkey_packed_size = sizeof(PackedRkey);
-    // A registration is a table insert under a lock (no pinning): measured ~0.2 us, nothing per byte.
-    attr.reg_cost_overhead = 0.2e-6;
+    // A registration is a table insert under a lock, nothing is pinned: 10000 mem_reg calls in a
+    // loop took ~150 ns each on the development machine, whatever the length.
+    attr.reg_cost_overhead = 150e-9;
     attr.reg_cost_per_byte = 0;
     attr.component_name = "shm";
     return Status::ok;
