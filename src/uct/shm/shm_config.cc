@@ -7,7 +7,8 @@ namespace {
 using namespace ucs::config;
 
 const RegisteredTable<ShmConfig> g_table{
-    "SHM_", "shm transport",
+    "SHM_",
+    "shm transport",
     "Shared memory between processes of one host: a lock-free receive ring per interface, "
     "process_vm_readv/writev (CMA) for zero-copy put and get, CPU atomics on memory from mem_alloc.",
     {
@@ -33,8 +34,9 @@ const RegisteredTable<ShmConfig> g_table{
               "the interface closes or the memory is freed, and by the next process when the owner "
               "crashed), or auto (memfd when peers can open our /proc links, else posix).",
               &ShmConfig::segment,
-              EnumParser<SegmentMode>(
-                  {{"auto", SegmentMode::auto_}, {"memfd", SegmentMode::memfd}, {"posix", SegmentMode::posix}})),
+              EnumParser<SegmentMode>({{"auto", SegmentMode::auto_},
+                                       {"memfd", SegmentMode::memfd},
+                                       {"posix", SegmentMode::posix}})),
         field("PEER_CHECK_INTERVAL", "100ms",
               "How often progress checks that the peers of the endpoints are alive (a dead peer "
               "fails its endpoints). A full receive ring triggers a check at once.",
@@ -43,6 +45,8 @@ const RegisteredTable<ShmConfig> g_table{
 
 }  // namespace
 
-const ucs::config::Table<ShmConfig>& shm_config_table() { return g_table; }
+const ucs::config::Table<ShmConfig>& shm_config_table() {
+    return g_table;
+}
 
 }  // namespace loom::uct::shm

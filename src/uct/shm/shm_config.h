@@ -14,11 +14,11 @@ namespace loom::uct::shm {
 
 /** Values of the LOOM_SHM_* table. */
 struct ShmConfig {
-    std::size_t fifo_size = 0;                       ///< bytes of each iface's receive ring
-    std::size_t max_bcopy = 0;                       ///< largest am/put/get bcopy payload
+    std::size_t fifo_size = 0;                              ///< bytes of each iface's receive ring
+    std::size_t max_bcopy = 0;                              ///< largest am/put/get bcopy payload
     ucs::config::Ternary cma = ucs::config::Ternary::try_;  ///< process_vm_readv/writev for put/get
-    SegmentMode segment = SegmentMode::auto_;        ///< memfd or posix segments
-    std::chrono::nanoseconds peer_check_interval{};  ///< how often progress checks that peers live
+    SegmentMode segment = SegmentMode::auto_;               ///< memfd or posix segments
+    std::chrono::nanoseconds peer_check_interval{};         ///< how often progress checks that peers live
 };
 
 /** The LOOM_SHM_ table. */

@@ -15,11 +15,16 @@ namespace loom::uct::shm {
 
 namespace {
 
-LOOM_ALWAYS_INLINE ShmEp* shm_ep(Ep* ep) { return static_cast<ShmEp*>(ep); }
-LOOM_ALWAYS_INLINE RemoteKey* remote_key(std::uint64_t rkey) { return reinterpret_cast<RemoteKey*>(rkey); }
+LOOM_ALWAYS_INLINE ShmEp* shm_ep(Ep* ep) {
+    return static_cast<ShmEp*>(ep);
+}
+LOOM_ALWAYS_INLINE RemoteKey* remote_key(std::uint64_t rkey) {
+    return reinterpret_cast<RemoteKey*>(rkey);
+}
 
 /** Fills the header of the message at @p cell (everything but seq, which publishes it). */
-LOOM_ALWAYS_INLINE void set_header(Cell* cell, MsgType type, AmId id, std::size_t length, std::uint64_t cells) {
+LOOM_ALWAYS_INLINE void set_header(Cell* cell, MsgType type, AmId id, std::size_t length,
+                                   std::uint64_t cells) {
     cell->hdr.length = static_cast<std::uint32_t>(length);
     cell->hdr.cells = static_cast<std::uint16_t>(cells);
     cell->hdr.type = type;
@@ -43,12 +48,18 @@ LOOM_ALWAYS_INLINE bool rma_ready(const ShmEp* ep) {
 template <typename T>
 T atomic_apply(AtomicOp op, T* addr, T value) {
     switch (op) {
-    case AtomicOp::add: return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::and_: return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::or_: return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::xor_: return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::swap: return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::cswap: break;
+        case AtomicOp::add:
+            return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::and_:
+            return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::or_:
+            return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::xor_:
+            return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::swap:
+            return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::cswap:
+            break;
     }
     return 0;
 }
@@ -125,8 +136,9 @@ Status EpOps::am_zcopy(Ep* base, AmId id, const void* header, unsigned header_le
 // --- Put and get ----------------------------------------------------------------------------
 
 Status EpOps::access_denied(const RemoteKey* rk, std::uint64_t addr, std::uint64_t len, unsigned need) {
-    LOOM_LOG_ERROR("access to {:#x}+{} (rights {:#x}) is outside the remote key's region {:#x}+{} (rights {:#x})",
-                   addr, len, need, rk->address, rk->length, static_cast<unsigned>(rk->access));
+    LOOM_LOG_ERROR(
+        "access to {:#x}+{} (rights {:#x}) is outside the remote key's region {:#x}+{} (rights {:#x})", addr,
+        len, need, rk->address, rk->length, static_cast<unsigned>(rk->access));
     return Status::access_denied;
 }
 
@@ -147,7 +159,8 @@ Status EpOps::put_short(Ep* base, const void* buffer, unsigned length, std::uint
     return remote_write(ep, rk, &iov, 1, length, remote_addr, nullptr);
 }
 
-ssize_t EpOps::put_bcopy(Ep* base, PackCallback pack, void* arg, std::uint64_t remote_addr, std::uint64_t rkey) {
+ssize_t EpOps::put_bcopy(Ep* base, PackCallback pack, void* arg, std::uint64_t remote_addr,
+                         std::uint64_t rkey) {
     ShmEp* ep = shm_ep(base);
     auto* iface = static_cast<ShmIface*>(ep->iface);
     RemoteKey* rk = remote_key(rkey);
@@ -170,14 +183,15 @@ ssize_t EpOps::put_bcopy(Ep* base, PackCallback pack, void* arg, std::uint64_t r
     return static_cast<ssize_t>(length);
 }
 
-Status EpOps::put_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t rkey,
-                        Completion* comp) {
+Status EpOps::put_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                        std::uint64_t rkey, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (iovcnt > kMaxIov) return Status::exceeds_limit;
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < iovcnt; ++i) total += iov[i].length;
-    if (!rk->allows(remote_addr, total, kAccessRemotePut)) return access_denied(rk, remote_addr, total, kAccessRemotePut);
+    if (!rk->allows(remote_addr, total, kAccessRemotePut))
+        return access_denied(rk, remote_addr, total, kAccessRemotePut);
     if (!rma_ready(ep)) return rma_blocked(ep);
     if (rk->base != nullptr) {
         std::uint8_t* dest = rk->base + (remote_addr - rk->address);
@@ -190,8 +204,8 @@ Status EpOps::put_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint6
     return remote_write(ep, rk, iov, iovcnt, total, remote_addr, comp);
 }
 
-Status EpOps::get_bcopy(Ep* base, UnpackCallback unpack, void* arg, std::size_t length, std::uint64_t remote_addr,
-                        std::uint64_t rkey, Completion* comp) {
+Status EpOps::get_bcopy(Ep* base, UnpackCallback unpack, void* arg, std::size_t length,
+                        std::uint64_t remote_addr, std::uint64_t rkey, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     auto* iface = static_cast<ShmIface*>(ep->iface);
     RemoteKey* rk = remote_key(rkey);
@@ -207,14 +221,15 @@ Status EpOps::get_bcopy(Ep* base, UnpackCallback unpack, void* arg, std::size_t 
     return remote_read(ep, rk, nullptr, 0, unpack, arg, length, remote_addr, comp);
 }
 
-Status EpOps::get_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t rkey,
-                        Completion* comp) {
+Status EpOps::get_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                        std::uint64_t rkey, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (iovcnt > kMaxIov) return Status::exceeds_limit;
     std::uint64_t total = 0;
     for (std::size_t i = 0; i < iovcnt; ++i) total += iov[i].length;
-    if (!rk->allows(remote_addr, total, kAccessRemoteGet)) return access_denied(rk, remote_addr, total, kAccessRemoteGet);
+    if (!rk->allows(remote_addr, total, kAccessRemoteGet))
+        return access_denied(rk, remote_addr, total, kAccessRemoteGet);
     if (!rma_ready(ep)) return rma_blocked(ep);
     if (rk->base != nullptr) {
         const std::uint8_t* src = rk->base + (remote_addr - rk->address);
@@ -232,8 +247,9 @@ Status EpOps::get_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint6
 Status EpOps::atomic_unsupported(RemoteKey* rk) {
     if (!rk->atomic_warned) {
         rk->atomic_warned = true;
-        LOOM_LOG_ERROR("atomics need memory from mem_alloc: the key of {:#x}+{} in process {} is a registration",
-                       rk->address, rk->length, rk->pid);
+        LOOM_LOG_ERROR(
+            "atomics need memory from mem_alloc: the key of {:#x}+{} in process {} is a registration",
+            rk->address, rk->length, rk->pid);
     }
     return Status::unsupported;
 }
@@ -255,8 +271,8 @@ Status EpOps::atomic_post(Ep* base, AtomicOp op, T value, std::uint64_t remote_a
 }
 
 template <typename T>
-Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint64_t remote_addr, std::uint64_t rkey,
-                           Completion*) {
+Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint64_t remote_addr,
+                           std::uint64_t rkey, Completion*) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (LOOM_UNLIKELY(op == AtomicOp::cswap)) return Status::unsupported;  // ep_atomic*_cswap does it
@@ -271,8 +287,8 @@ Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint6
 }
 
 template <typename T>
-Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey, T* result,
-                           Completion*) {
+Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey,
+                           T* result, Completion*) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
@@ -282,8 +298,8 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
     if (!rma_ready(ep)) return rma_blocked(ep);
     if (LOOM_UNLIKELY(rk->base == nullptr)) return atomic_unsupported(rk);
     T expected = compare;
-    __atomic_compare_exchange_n(reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), &expected, swap, false,
-                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    __atomic_compare_exchange_n(reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), &expected, swap,
+                                false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     *result = expected;  // the previous value, whether or not the swap happened
     return Status::ok;
 }
@@ -296,7 +312,8 @@ Status EpOps::pending_add(Ep* base, PendingReq* req, unsigned) {
     // A failed endpoint queues nothing: busy makes the caller retry, and the retry reports the error.
     if (ep->status != Status::ok) return Status::busy;
     // Room now (and nobody queued before it): the caller should just retry.
-    if (ep->pending.empty() && !(ep->flags & kEpBlocked) && fifo_free_cells(ep->fifo) >= iface->pending_room_) {
+    if (ep->pending.empty() && !(ep->flags & kEpBlocked) &&
+        fifo_free_cells(ep->fifo) >= iface->pending_room_) {
         return Status::busy;
     }
     ep->pending.push_back(*req);

@@ -102,7 +102,9 @@ struct FifoCtl {
 static_assert(sizeof(FifoCtl) == 3 * kCacheLineSize, "control lines: ctl, head, tail");
 
 /** Bytes of a FIFO segment with @p cells cells. */
-constexpr std::size_t fifo_segment_size(std::size_t cells) { return sizeof(FifoCtl) + cells * kCellSize; }
+constexpr std::size_t fifo_segment_size(std::size_t cells) {
+    return sizeof(FifoCtl) + cells * kCellSize;
+}
 
 /** Cells of a message with @p length bytes of data. */
 constexpr std::uint32_t msg_cells(std::size_t length) {
@@ -110,7 +112,9 @@ constexpr std::uint32_t msg_cells(std::size_t length) {
 }
 
 /** The seq value of a message published at @p pos. */
-LOOM_ALWAYS_INLINE std::uint64_t seq_of(std::uint64_t pos, std::uint64_t salt) { return (pos + 1) ^ salt; }
+LOOM_ALWAYS_INLINE std::uint64_t seq_of(std::uint64_t pos, std::uint64_t salt) {
+    return (pos + 1) ^ salt;
+}
 
 /** Publishes a message: its header fields and data must be written before. */
 LOOM_ALWAYS_INLINE void publish(Cell* cell, std::uint64_t pos, std::uint64_t salt) {
@@ -149,7 +153,8 @@ LOOM_ALWAYS_INLINE bool fifo_reserve(FifoCtl* fifo, std::uint64_t* cached_tail, 
             *cached_tail = fifo->tail.load(std::memory_order_acquire);
             if (end - *cached_tail > mask + 1) return false;
         }
-    } while (!fifo->head.compare_exchange_weak(head, end, std::memory_order_relaxed, std::memory_order_relaxed));
+    } while (
+        !fifo->head.compare_exchange_weak(head, end, std::memory_order_relaxed, std::memory_order_relaxed));
     if (LOOM_UNLIKELY(pad != 0)) write_pad(fifo, head, pad);
     *pos = head + pad;
     return true;

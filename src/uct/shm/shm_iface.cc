@@ -1,7 +1,6 @@
 #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_iface.h"
-
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 
 #include "ucs/debug/log.h"
 
@@ -45,7 +44,9 @@ constexpr double kOverhead = 17e-9;
 constexpr double kLatency = 150e-9;
 constexpr double kBandwidth = 20e9;
 
-int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+int pidfd_open(pid_t pid) {
+    return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
 
 }  // namespace
 
@@ -67,9 +68,10 @@ Result<std::unique_ptr<Iface>> ShmIface::open(ShmMd* md, Worker* worker, const T
     const std::uint64_t min_cells = 4 * max_msg_cells;
     std::uint64_t cells = std::bit_ceil(std::max<std::uint64_t>(config.fifo_size / kCellSize, 1));
     if (cells < min_cells || cells > kMaxFifoCells) {
-        LOOM_LOG_ERROR("LOOM_SHM_FIFO_SIZE={} must be from {} to {} bytes with LOOM_SHM_MAX_BCOPY={} (four of "
-                       "the largest messages must fit)",
-                       config.fifo_size, min_cells * kCellSize, kMaxFifoCells * kCellSize, config.max_bcopy);
+        LOOM_LOG_ERROR(
+            "LOOM_SHM_FIFO_SIZE={} must be from {} to {} bytes with LOOM_SHM_MAX_BCOPY={} (four of "
+            "the largest messages must fit)",
+            config.fifo_size, min_cells * kCellSize, kMaxFifoCells * kCellSize, config.max_bcopy);
         return Status::invalid_config;
     }
     auto kind = resolve_segment_kind(config.segment);
@@ -132,19 +134,34 @@ ShmIface::~ShmIface() {
 Status ShmIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmShort | kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutShort | kCapPutBcopy |
-                     kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 | kCapConnectToIface |
-                     kCapErrHandlingPeerFailure | kCapIntraNode;
+                     kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
+                     kCapConnectToIface | kCapErrHandlingPeerFailure | kCapIntraNode;
     const std::size_t max_bcopy = config_.max_bcopy;
     // am_zcopy gathers the header and iovs into the FIFO like a bcopy: it completes in the call,
     // and saves the caller a pack callback for scattered data.
-    attr.am = {.max_short = kMaxShort, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = max_bcopy,
-               .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = kMaxZcopyHeader};
+    attr.am = {.max_short = kMaxShort,
+               .max_bcopy = max_bcopy,
+               .min_zcopy = 0,
+               .max_zcopy = max_bcopy,
+               .max_iov = kMaxIov,
+               .opt_zcopy_align = 1,
+               .max_hdr = kMaxZcopyHeader};
     // put/get zcopy is never worse than bcopy: both end in the same process_vm_writev/readv (or
     // memcpy into mapped memory, or emulated fragments), bcopy with one more copy.
-    attr.put = {.max_short = kMaxPutShort, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = SIZE_MAX,
-                .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = 0};
-    attr.get = {.max_short = 0, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = SIZE_MAX,
-                .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = 0};
+    attr.put = {.max_short = kMaxPutShort,
+                .max_bcopy = max_bcopy,
+                .min_zcopy = 0,
+                .max_zcopy = SIZE_MAX,
+                .max_iov = kMaxIov,
+                .opt_zcopy_align = 1,
+                .max_hdr = 0};
+    attr.get = {.max_short = 0,
+                .max_bcopy = max_bcopy,
+                .min_zcopy = 0,
+                .max_zcopy = SIZE_MAX,
+                .max_iov = kMaxIov,
+                .opt_zcopy_align = 1,
+                .max_hdr = 0};
     const std::uint64_t ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) |
                               atomic_op_bit(AtomicOp::or_) | atomic_op_bit(AtomicOp::xor_) |
                               atomic_op_bit(AtomicOp::swap) | atomic_op_bit(AtomicOp::cswap);
@@ -186,8 +203,9 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
         return status;
     };
     if (dev_addr == nullptr || dev_addr_len != kDeviceAddrLen) {
-        return fail(Status::invalid_address, "malformed device address (length " + std::to_string(dev_addr_len) +
-                                                 ", expected " + std::to_string(kDeviceAddrLen) + ")");
+        return fail(Status::invalid_address, "malformed device address (length " +
+                                                 std::to_string(dev_addr_len) + ", expected " +
+                                                 std::to_string(kDeviceAddrLen) + ")");
     }
     if (iface_addr == nullptr || iface_addr_len != kIfaceAddrLen) {
         return fail(Status::invalid_address, "malformed iface address (length " +
@@ -195,9 +213,9 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
                                                  std::to_string(kIfaceAddrLen) + ")");
     }
     if (dev_addr[0] != kAddrVersion || iface_addr[0] != kAddrVersion) {
-        return fail(Status::invalid_address, "address version mismatch (device " + std::to_string(dev_addr[0]) +
-                                                 ", iface " + std::to_string(iface_addr[0]) + ", expected " +
-                                                 std::to_string(kAddrVersion) + ")");
+        return fail(Status::invalid_address,
+                    "address version mismatch (device " + std::to_string(dev_addr[0]) + ", iface " +
+                        std::to_string(iface_addr[0]) + ", expected " + std::to_string(kAddrVersion) + ")");
     }
     std::uint64_t host;
     std::memcpy(&host, dev_addr + 1, sizeof(host));
@@ -209,9 +227,9 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
     if ((seg.kind != static_cast<std::uint8_t>(SegmentKind::memfd) &&
          seg.kind != static_cast<std::uint8_t>(SegmentKind::posix)) ||
         seg.pid == 0 || seg.pid > static_cast<std::uint32_t>(INT32_MAX) || seg.size < fifo_segment_size(2)) {
-        return fail(Status::invalid_address, "malformed iface address (segment kind " + std::to_string(seg.kind) +
-                                                 ", pid " + std::to_string(seg.pid) + ", size " +
-                                                 std::to_string(seg.size) + ")");
+        return fail(Status::invalid_address,
+                    "malformed iface address (segment kind " + std::to_string(seg.kind) + ", pid " +
+                        std::to_string(seg.pid) + ", size " + std::to_string(seg.size) + ")");
     }
     *fifo = seg;
     return Status::ok;
@@ -219,8 +237,9 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
 
 }  // namespace
 
-bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
-                            std::size_t iface_addr_len, std::string* reason) const {
+bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len,
+                            const std::uint8_t* iface_addr, std::size_t iface_addr_len,
+                            std::string* reason) const {
     SegmentId seg;
     if (parse_addresses(dev_addr, dev_addr_len, iface_addr, iface_addr_len, &seg, reason) != Status::ok) {
         return false;
@@ -252,18 +271,14 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
         return Status::unreachable;
     };
     if (mapping->size() < sizeof(FifoCtl) || fifo->magic != kFifoMagic ||
-        fifo->layout_version != kFifoLayoutVersion || fifo->cookie != seg.cookie || fifo->owner_pid != seg.pid) {
+        fifo->layout_version != kFifoLayoutVersion || fifo->cookie != seg.cookie ||
+        fifo->owner_pid != seg.pid) {
         return fail("process " + std::to_string(seg.pid) + "'s segment is not the expected shm FIFO");
     }
     const std::uint64_t cells = fifo->cell_count;
     if (cells < 2 || !std::has_single_bit(cells) || fifo->mask != cells - 1 ||
         fifo_segment_size(cells) > mapping->size()) {
         return fail("process " + std::to_string(seg.pid) + "'s FIFO header is inconsistent");
-    }
-    if (cells < 2 * max_msg_cells_) {
-        return fail("process " + std::to_string(seg.pid) + "'s FIFO (" + std::to_string(cells * kCellSize) +
-                    " bytes) cannot hold our largest messages; raise its LOOM_SHM_FIFO_SIZE or lower our "
-                    "LOOM_SHM_MAX_BCOPY");
     }
     if (fifo->state.load(std::memory_order_acquire) != kFifoOpen) {
         return fail("process " + std::to_string(seg.pid) + " closed that interface");
@@ -298,8 +313,8 @@ void ShmIface::release_peer(Peer* peer) {
 Result<Ep*> ShmIface::ep_create(const EpParams& params) {
     SegmentId seg;
     std::string reason;
-    Status status =
-        parse_addresses(params.dev_addr, params.dev_addr_len, params.iface_addr, params.iface_addr_len, &seg, &reason);
+    Status status = parse_addresses(params.dev_addr, params.dev_addr_len, params.iface_addr,
+                                    params.iface_addr_len, &seg, &reason);
     if (status != Status::ok) {
         LOOM_LOG_ERROR("ep_create: {}", reason);
         return status;
@@ -308,6 +323,16 @@ Result<Ep*> ShmIface::ep_create(const EpParams& params) {
     if (!peer) {
         LOOM_LOG_ERROR("ep_create: {}", reason);
         return peer.status();
+    }
+    // Every message must fit the ring even when it has to wrap (a padding record before it).
+    const std::uint64_t cells = (*peer)->fifo->cell_count;
+    if (cells < 2 * max_msg_cells_) {
+        LOOM_LOG_ERROR(
+            "ep_create: process {}'s FIFO ({} bytes) cannot hold our largest messages; raise its "
+            "LOOM_SHM_FIFO_SIZE or lower our LOOM_SHM_MAX_BCOPY",
+            seg.pid, cells * kCellSize);
+        if ((*peer)->refs == 0) peers_.erase(std::make_pair(seg.pid, seg.cookie));
+        return Status::unreachable;
     }
     auto* ep = new ShmEp{};
     ep->iface = this;
@@ -355,7 +380,8 @@ Status ShmIface::check_peer(Peer& peer) {
     } else if (!peer.same_process) {
         // No pidfd (old kernel): the owner is alive while its pid has the same start time.
         auto start = process_start_time(static_cast<pid_t>(peer.seg.pid));
-        if (!start || (peer.seg.start_time != 0 && *start != peer.seg.start_time)) return Status::endpoint_failure;
+        if (!start || (peer.seg.start_time != 0 && *start != peer.seg.start_time))
+            return Status::endpoint_failure;
     }
     return Status::ok;
 }
@@ -386,9 +412,11 @@ void ShmIface::peer_failed(Peer& peer, Status status) {
         --peer.refs;
         return true;
     });
-    LOOM_LOG_ERROR("peer process {} {}: {} endpoint(s) failed, {} get repl{} dropped", peer.seg.pid,
-                   status == Status::connection_reset ? "closed its interface" : "is gone", count, replies,
-                   replies == 1 ? "y" : "ies");
+    // A peer we only answered gets for may leave without anything of ours failing: no error then.
+    const log::Level level = count == 0 && replies == 0 ? log::Level::diag : log::Level::error;
+    LOOM_LOG(level, "peer process {} {}: {} endpoint(s) failed, {} get repl{} dropped", peer.seg.pid,
+             status == Status::connection_reset ? "closed its interface" : "is gone", count, replies,
+             replies == 1 ? "y" : "ies");
 }
 
 void ShmIface::fail_ep(ShmEp* ep, Status status) {
@@ -514,7 +542,8 @@ unsigned ShmIface::progress(Iface* base) {
         rx.ctl->tail.store(rx.tail, std::memory_order_release);
         if (++count == kRxBatch) break;
     }
-    if (LOOM_UNLIKELY(rx.slow_work != 0) || LOOM_UNLIKELY(--rx.countdown == 0)) count += iface->slow_progress();
+    if (LOOM_UNLIKELY(rx.slow_work != 0) || LOOM_UNLIKELY(--rx.countdown == 0))
+        count += iface->slow_progress();
     return count;
 }
 
@@ -522,11 +551,20 @@ void ShmIface::handle_other(Cell* cell, std::uint32_t) {
     const std::uint8_t* data = cell->payload();
     const std::size_t length = cell->hdr.length;
     switch (cell->hdr.type) {
-    case MsgType::pad: break;
-    case MsgType::put: handle_put(data, length); break;
-    case MsgType::get_req: handle_get_request(data, length); break;
-    case MsgType::get_rep: handle_get_reply(data, length); break;
-    default: bad_message(cell); break;
+        case MsgType::pad:
+            break;
+        case MsgType::put:
+            handle_put(data, length);
+            break;
+        case MsgType::get_req:
+            handle_get_request(data, length);
+            break;
+        case MsgType::get_rep:
+            handle_get_reply(data, length);
+            break;
+        default:
+            bad_message(cell);
+            break;
     }
 }
 
@@ -534,9 +572,10 @@ void ShmIface::bad_message(Cell* cell) {
     // Only a peer that writes garbage into our FIFO gets here: say so once, skip what we can.
     if (!bad_message_logged_) {
         bad_message_logged_ = true;
-        LOOM_LOG_ERROR("dropped a malformed message at FIFO position {} (type {}, {} cells, {} bytes); further "
-                       "ones are dropped silently",
-                       rx_.tail, static_cast<unsigned>(cell->hdr.type), cell->hdr.cells, cell->hdr.length);
+        LOOM_LOG_ERROR(
+            "dropped a malformed message at FIFO position {} (type {}, {} cells, {} bytes); further "
+            "ones are dropped silently",
+            rx_.tail, static_cast<unsigned>(cell->hdr.type), cell->hdr.cells, cell->hdr.length);
     }
 }
 
@@ -574,12 +613,16 @@ unsigned ShmIface::dispatch_pending() {
         }
         PendingReq* req = ep->pending.pop_front();
         const Status status = req->func(req);
-        if (status == Status::no_resource) ep->pending.push_front(*req);
-        else ++count;
+        if (status == Status::no_resource)
+            ep->pending.push_front(*req);
+        else
+            ++count;
         // The request may have failed the endpoint (then it left every list).
         if (ep->status != Status::ok || ep->pending.empty()) continue;
-        if (status == Status::no_resource) kept.push_back(*ep);
-        else ran.push_back(*ep);
+        if (status == Status::no_resource)
+            kept.push_back(*ep);
+        else
+            ran.push_back(*ep);
     }
     pending_eps_.splice_back(kept);
     pending_eps_.splice_back(ran);

@@ -69,12 +69,12 @@ struct Peer {
     SegmentId seg{};
     Mapping mapping;
     FifoCtl* fifo = nullptr;
-    int pidfd = -1;             ///< -1 for our own process
+    int pidfd = -1;  ///< -1 for our own process
     bool same_process = false;
     CmaState cma = CmaState::unknown;
-    Status failure = Status::ok;  ///< why the peer is unusable, once detected
-    unsigned refs = 0;            ///< endpoints and reply jobs using it
-    std::uint64_t cached_tail = 0;  ///< for the replies this iface sends it
+    Status failure = Status::ok;     ///< why the peer is unusable, once detected
+    unsigned refs = 0;               ///< endpoints and reply jobs using it
+    std::uint64_t cached_tail = 0;   ///< for the replies this iface sends it
     ucs::Ticks next_full_check = 0;  ///< rate limit of the check a full FIFO triggers
 
     ~Peer();
@@ -96,7 +96,7 @@ struct EmuOp {
     std::uint64_t remote_addr = 0;
     std::uint64_t key_id = 0;
     std::uint64_t total = 0;
-    std::uint64_t done = 0;  ///< put: bytes pushed into the FIFO; get: bytes received
+    std::uint64_t done = 0;             ///< put: bytes pushed into the FIFO; get: bytes received
     std::vector<std::uint8_t> staging;  ///< get_bcopy: the data, unpacked in one piece at the end
 };
 
@@ -110,8 +110,8 @@ struct EmuState {
 
 /** Endpoint flags. */
 enum EpFlags : std::uint32_t {
-    kEpBlocked = 1u << 0,       ///< an emulated put is being pushed: new sends wait (ordering)
-    kEpErrorQueued = 1u << 1,   ///< in the iface's list of failures to report
+    kEpBlocked = 1u << 0,      ///< an emulated put is being pushed: new sends wait (ordering)
+    kEpErrorQueued = 1u << 1,  ///< in the iface's list of failures to report
 };
 
 /** An shm endpoint: the first cache line is all the send path reads. */
@@ -119,8 +119,8 @@ struct ShmEp : Ep {
     FifoCtl* fifo;              ///< the peer's FIFO, or the always-full FIFO while blocked or failed
     std::uint64_t cached_tail;  ///< our copy of the peer FIFO's tail
     Peer* peer;
-    Status status;              ///< ok, or why the endpoint failed
-    std::uint32_t flags;        ///< EpFlags
+    Status status;        ///< ok, or why the endpoint failed
+    std::uint32_t flags;  ///< EpFlags
     ucs::Queue<PendingReq, &PendingReq::link> pending;
     // --- control ---
     ucs::ListLink pending_link;  ///< in ShmIface::pending_eps_ while it has requests
@@ -130,7 +130,8 @@ struct ShmEp : Ep {
     EmuState* emu;  ///< allocated on the first emulated operation
 };
 static_assert(sizeof(ShmEp) <= 128, "endpoints exist per peer: keep them within two cache lines");
-static_assert(sizeof(Ep) + 4 * sizeof(void*) + sizeof(ucs::Queue<PendingReq, &PendingReq::link>) <= kCacheLineSize,
+static_assert(sizeof(Ep) + 4 * sizeof(void*) + sizeof(ucs::Queue<PendingReq, &PendingReq::link>) <=
+                  kCacheLineSize,
               "the send path reads one cache line of the endpoint");
 
 /**
@@ -141,17 +142,19 @@ struct EpOps {
     /** The ops table of every shm iface. */
     static const IfaceOps& table();
 
+    // The IfaceOps entries: contracts in uct/api/uct.h.
     static Status am_short(Ep* ep, AmId id, std::uint64_t header, const void* payload, unsigned length);
     static ssize_t am_bcopy(Ep* ep, AmId id, PackCallback pack, void* arg, unsigned flags);
     static Status am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length, const Iov* iov,
                            std::size_t iovcnt, unsigned flags, Completion* comp);
     static Status put_short(Ep* ep, const void* buffer, unsigned length, std::uint64_t remote_addr,
                             std::uint64_t rkey);
-    static ssize_t put_bcopy(Ep* ep, PackCallback pack, void* arg, std::uint64_t remote_addr, std::uint64_t rkey);
+    static ssize_t put_bcopy(Ep* ep, PackCallback pack, void* arg, std::uint64_t remote_addr,
+                             std::uint64_t rkey);
     static Status put_zcopy(Ep* ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
                             std::uint64_t rkey, Completion* comp);
-    static Status get_bcopy(Ep* ep, UnpackCallback unpack, void* arg, std::size_t length, std::uint64_t remote_addr,
-                            std::uint64_t rkey, Completion* comp);
+    static Status get_bcopy(Ep* ep, UnpackCallback unpack, void* arg, std::size_t length,
+                            std::uint64_t remote_addr, std::uint64_t rkey, Completion* comp);
     static Status get_zcopy(Ep* ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
                             std::uint64_t rkey, Completion* comp);
     template <typename T>
@@ -160,8 +163,8 @@ struct EpOps {
     static Status atomic_fetch(Ep* ep, AtomicOp op, T value, T* result, std::uint64_t remote_addr,
                                std::uint64_t rkey, Completion* comp);
     template <typename T>
-    static Status atomic_cswap(Ep* ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey, T* result,
-                               Completion* comp);
+    static Status atomic_cswap(Ep* ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey,
+                               T* result, Completion* comp);
     static Status pending_add(Ep* ep, PendingReq* req, unsigned flags);
     static void pending_purge(Ep* ep, PendingPurgeCallback cb, void* arg);
     static Status ep_flush(Ep* ep, unsigned flags, Completion* comp);
@@ -174,15 +177,16 @@ struct EpOps {
      * (put_short/bcopy: one fragment) or return no_resource; with @p comp it may return
      * in_progress and finish from progress.
      */
-    static Status remote_write(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, std::uint64_t total,
-                               std::uint64_t remote_addr, Completion* comp);
+    static Status remote_write(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt,
+                               std::uint64_t total, std::uint64_t remote_addr, Completion* comp);
 
     /**
      * Reads @p total bytes at @p remote_addr of a peer's registration into @p iov, or into
      * @p unpack when it is set (get_bcopy): CMA, or the emulated get (in_progress).
      */
-    static Status remote_read(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, UnpackCallback unpack,
-                              void* arg, std::uint64_t total, std::uint64_t remote_addr, Completion* comp);
+    static Status remote_read(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt,
+                              UnpackCallback unpack, void* arg, std::uint64_t total,
+                              std::uint64_t remote_addr, Completion* comp);
 
     /**
      * put_bcopy to a peer's registration: packs into a staging buffer for CMA, or straight
@@ -195,7 +199,8 @@ struct EpOps {
     static bool push_put(ShmEp* ep, FifoCtl* fifo, EmuOp& op);
 
 private:
-    LOOM_COLD static Status access_denied(const RemoteKey* rk, std::uint64_t addr, std::uint64_t len, unsigned need);
+    LOOM_COLD static Status access_denied(const RemoteKey* rk, std::uint64_t addr, std::uint64_t len,
+                                          unsigned need);
     LOOM_COLD static Status atomic_unsupported(RemoteKey* rk);
     LOOM_COLD static Status cma_failed(ShmEp* ep, int err, bool write);
     static Status emu_put(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, std::uint64_t total,
@@ -235,11 +240,11 @@ private:
 
     /** Slow-path work flags (rx_.slow_work). */
     enum Work : std::uint32_t {
-        kWorkPending = 1u << 0,   ///< endpoints with pending requests
-        kWorkSending = 1u << 1,   ///< emulated puts to push
-        kWorkReplies = 1u << 2,   ///< get replies to push
-        kWorkErrors = 1u << 3,    ///< failed endpoints to report
-        kWorkFlush = 1u << 4,     ///< iface flush requests to complete
+        kWorkPending = 1u << 0,  ///< endpoints with pending requests
+        kWorkSending = 1u << 1,  ///< emulated puts to push
+        kWorkReplies = 1u << 2,  ///< get replies to push
+        kWorkErrors = 1u << 3,   ///< failed endpoints to report
+        kWorkFlush = 1u << 4,    ///< iface flush requests to complete
     };
 
     /** What progress reads on every call, in one cache line. */
@@ -249,8 +254,8 @@ private:
         std::uint64_t mask = 0;
         std::uint64_t salt = 0;
         std::uint64_t tail = 0;
-        std::uint32_t slow_work = 0;  ///< Work bits
-        std::uint32_t countdown = 1;  ///< progress calls until the next look at the clock
+        std::uint32_t slow_work = 0;    ///< Work bits
+        std::uint32_t countdown = 1;    ///< progress calls until the next look at the clock
         std::uint64_t bcopy_cells = 0;  ///< cells reserved by am_bcopy (read by the send path)
         std::uint64_t max_bcopy = 0;    ///< LOOM_SHM_MAX_BCOPY (read by the send path)
     };
@@ -302,16 +307,16 @@ private:
     ShmConfig config_;
     Segment segment_;
     std::uint64_t max_msg_cells_;
-    std::uint64_t pending_room_;     ///< free cells that make pending_add answer busy
-    FifoCtl blocked_fifo_;           ///< always full: the FIFO of blocked and failed endpoints
+    std::uint64_t pending_room_;        ///< free cells that make pending_add answer busy
+    FifoCtl blocked_fifo_;              ///< always full: the FIFO of blocked and failed endpoints
     std::vector<std::uint8_t> bounce_;  ///< bcopy staging for CMA
     ucs::List<ShmEp, &ShmEp::pending_link> pending_eps_;
     ucs::List<ShmEp, &ShmEp::ep_link> eps_;
     std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<Peer>> peers_;  ///< by (pid, cookie)
-    std::vector<ShmEp*> errors_;               ///< failed endpoints to report from progress
+    std::vector<ShmEp*> errors_;                      ///< failed endpoints to report from progress
     std::unordered_map<std::uint64_t, EmuOp*> gets_;  ///< emulated gets waiting for replies, by id
     std::uint64_t next_op_id_ = 1;
-    std::size_t outstanding_ = 0;              ///< emulated operations of every endpoint
+    std::size_t outstanding_ = 0;  ///< emulated operations of every endpoint
     std::vector<Completion*> flush_waiters_;
     std::deque<ReplyJob> replies_;
     ucs::Ticks next_peer_check_ = 0;

@@ -1,6 +1,6 @@
 #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_md.h"
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 
 #include "uct/shm/shm_iface.h"
 
@@ -109,7 +109,9 @@ ShmComponent::ShmComponent() : Component("shm"), cache_(std::make_unique<Segment
 
 ShmComponent::~ShmComponent() = default;
 
-std::vector<std::string> ShmComponent::query_md_resources() const { return {"shm"}; }
+std::vector<std::string> ShmComponent::query_md_resources() const {
+    return {"shm"};
+}
 
 Result<std::unique_ptr<Md>> ShmComponent::md_open(std::string_view md_name) const {
     if (md_name != "shm") return Status::no_device;
@@ -157,9 +159,10 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
         key->base = reinterpret_cast<std::uint8_t*>(pk.address);
     } else if (alloc) {
         if (pk.seg.pid != pk.pid || pk.seg.size < pk.length) {
-            LOOM_LOG_ERROR("rkey_unpack: malformed key (segment of pid {} with {} bytes for a region of pid {} "
-                           "with {} bytes)",
-                           pk.seg.pid, pk.seg.size, pk.pid, pk.length);
+            LOOM_LOG_ERROR(
+                "rkey_unpack: malformed key (segment of pid {} with {} bytes for a region of pid {} "
+                "with {} bytes)",
+                pk.seg.pid, pk.seg.size, pk.pid, pk.length);
             return Status::invalid_param;
         }
         std::string reason;
@@ -206,7 +209,9 @@ Status ShmMd::query(MdAttr& attr) const {
     return Status::ok;
 }
 
-std::vector<TlResource> ShmMd::query_tl_resources() const { return {{"shm", "memory", DeviceType::shm}}; }
+std::vector<TlResource> ShmMd::query_tl_resources() const {
+    return {{"shm", "memory", DeviceType::shm}};
+}
 
 Result<std::unique_ptr<Iface>> ShmMd::iface_open(const TlResource& resource, Worker* worker,
                                                  const IfaceParams& params) {
@@ -239,7 +244,8 @@ Status ShmMd::remove_region(MemH memh, bool allocated) {
     {
         std::lock_guard guard(table.lock);
         // Only a live handle may be dereferenced: a stale or foreign one is just a pointer value.
-        if (table.handles.count(region) == 0 || region->md != this || (region->segment != nullptr) != allocated) {
+        if (table.handles.count(region) == 0 || region->md != this ||
+            (region->segment != nullptr) != allocated) {
             LOOM_LOG_ERROR("{}: {} is not a {} of this md", allocated ? "mem_free" : "mem_dereg", memh,
                            allocated ? "mem_alloc allocation" : "registration");
             return Status::invalid_param;
@@ -259,7 +265,9 @@ Result<MemH> ShmMd::mem_reg(void* address, std::size_t length, unsigned access) 
     return add_region(static_cast<std::uint8_t*>(address), length, access, nullptr);
 }
 
-Status ShmMd::mem_dereg(MemH memh) { return remove_region(memh, false); }
+Status ShmMd::mem_dereg(MemH memh) {
+    return remove_region(memh, false);
+}
 
 Result<std::pair<void*, MemH>> ShmMd::mem_alloc(std::size_t length, unsigned access) {
     if (length == 0 || (access & ~static_cast<unsigned>(kAccessAll)) != 0) {
@@ -277,7 +285,9 @@ Result<std::pair<void*, MemH>> ShmMd::mem_alloc(std::size_t length, unsigned acc
     return std::make_pair(static_cast<void*>(address), *memh);
 }
 
-Status ShmMd::mem_free(MemH memh) { return remove_region(memh, true); }
+Status ShmMd::mem_free(MemH memh) {
+    return remove_region(memh, true);
+}
 
 Status ShmMd::mkey_pack(MemH memh, std::uint8_t* out) const {
     auto* region = static_cast<MemRegion*>(memh);

@@ -34,11 +34,11 @@ namespace loom::uct::shm {
 
 /** A registration or allocation of this process (what a MemH points at). */
 struct MemRegion {
-    const void* md;           ///< the ShmMd that created it (mem_dereg/mem_free check)
-    std::uint64_t key_id;     ///< random, unique in this process; names the region in remote keys
+    const void* md;        ///< the ShmMd that created it (mem_dereg/mem_free check)
+    std::uint64_t key_id;  ///< random, unique in this process; names the region in remote keys
     std::uint8_t* address;
     std::size_t length;
-    unsigned access;          ///< MemAccess bits
+    unsigned access;                   ///< MemAccess bits
     std::unique_ptr<Segment> segment;  ///< mem_alloc only
 };
 
@@ -51,7 +51,8 @@ struct MemRegion {
  * while the data is copied.
  */
 template <typename Fn>
-Status with_region(std::uint64_t key_id, std::uint64_t remote_addr, std::uint64_t length, unsigned access, Fn&& fn);
+Status with_region(std::uint64_t key_id, std::uint64_t remote_addr, std::uint64_t length, unsigned access,
+                   Fn&& fn);
 
 /** How the memory of an unpacked remote key is reached. */
 enum class KeyKind : std::uint8_t {
@@ -66,13 +67,13 @@ class SegmentCache;
 struct RemoteKey {
     std::uint64_t address;  ///< start of the region in the owner's address space
     std::uint64_t length;
-    std::uint8_t* base;     ///< where address is in this process (local, mapped); null for remote
+    std::uint8_t* base;  ///< where address is in this process (local, mapped); null for remote
     KeyKind kind;
-    std::uint8_t access;    ///< MemAccess bits granted by the owner
-    bool atomic_warned;     ///< the "atomics need mem_alloc memory" line was logged
-    std::uint32_t pid;      ///< owner
+    std::uint8_t access;  ///< MemAccess bits granted by the owner
+    bool atomic_warned;   ///< the "atomics need mem_alloc memory" line was logged
+    std::uint32_t pid;    ///< owner
     std::uint64_t key_id;
-    SegmentCache* cache;    ///< mapped: where to release the mapping
+    SegmentCache* cache;  ///< mapped: where to release the mapping
     std::uint64_t cache_key;
 
     /** Checks that [addr, addr + len) lies in the region and @p need rights are granted. */
@@ -143,7 +144,8 @@ RegionTable& region_table();
 }  // namespace detail
 
 template <typename Fn>
-Status with_region(std::uint64_t key_id, std::uint64_t remote_addr, std::uint64_t length, unsigned access, Fn&& fn) {
+Status with_region(std::uint64_t key_id, std::uint64_t remote_addr, std::uint64_t length, unsigned access,
+                   Fn&& fn) {
     detail::RegionTable& table = detail::region_table();
     std::lock_guard guard(table.lock);
     auto it = table.regions.find(key_id);

@@ -70,7 +70,8 @@ int cma_transfer(bool write, pid_t pid, const Iov* iov, std::size_t iovcnt, std:
 }
 
 /** Copies @p length bytes from offset @p offset of the gathered @p iov to @p dest. */
-void gather(const Iov* iov, std::size_t iovcnt, std::uint64_t offset, std::size_t length, std::uint8_t* dest) {
+void gather(const Iov* iov, std::size_t iovcnt, std::uint64_t offset, std::size_t length,
+            std::uint8_t* dest) {
     for (std::size_t i = 0; i < iovcnt && length > 0; ++i) {
         if (offset >= iov[i].length) {
             offset -= iov[i].length;
@@ -113,7 +114,8 @@ void set_header(Cell* cell, MsgType type, std::size_t length, std::uint64_t cell
  * at most @p max_chunk bytes; advances *@p done. Returns true when everything is out.
  */
 bool push_fragments(ShmEp* ep, FifoCtl* fifo, const Iov* iov, std::size_t iovcnt, std::uint64_t total,
-                    std::uint64_t remote_addr, std::uint64_t key_id, std::uint64_t* done, std::size_t max_chunk) {
+                    std::uint64_t remote_addr, std::uint64_t key_id, std::uint64_t* done,
+                    std::size_t max_chunk) {
     while (*done < total) {
         const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(max_chunk, total - *done));
         const std::uint64_t cells = msg_cells(sizeof(PutHeader) + n);
@@ -144,23 +146,25 @@ Status EpOps::cma_failed(ShmEp* ep, int err, bool write) {
     Peer& peer = *ep->peer;
     const char* op = write ? "process_vm_writev" : "process_vm_readv";
     switch (err) {
-    case ESRCH:
-        if (peer.failure == Status::ok) iface->peer_failed(peer, Status::endpoint_failure);
-        return Status::endpoint_failure;
-    case EFAULT:
-        LOOM_LOG_ERROR("{} to process {}: the remote range is not mapped there (freed memory?)", op, peer.seg.pid);
-        return Status::access_denied;
-    case EPERM:
-        if (peer.cma != CmaState::forbidden) {
-            peer.cma = CmaState::forbidden;  // log once per peer
-            LOOM_LOG_ERROR("{} to process {}: {} (LOOM_SHM_CMA=yes; try would emulate put/get instead)", op,
-                           peer.seg.pid, errno_string(err));
-        }
-        return Status::permission_denied;
-    case ENOMEM: return Status::no_memory;
-    default:
-        LOOM_LOG_ERROR("{} to process {} failed: {}", op, peer.seg.pid, errno_string(err));
-        return Status::io_error;
+        case ESRCH:
+            if (peer.failure == Status::ok) iface->peer_failed(peer, Status::endpoint_failure);
+            return Status::endpoint_failure;
+        case EFAULT:
+            LOOM_LOG_ERROR("{} to process {}: the remote range is not mapped there (freed memory?)", op,
+                           peer.seg.pid);
+            return Status::access_denied;
+        case EPERM:
+            if (peer.cma != CmaState::forbidden) {
+                peer.cma = CmaState::forbidden;  // log once per peer
+                LOOM_LOG_ERROR("{} to process {}: {} (LOOM_SHM_CMA=yes; try would emulate put/get instead)",
+                               op, peer.seg.pid, errno_string(err));
+            }
+            return Status::permission_denied;
+        case ENOMEM:
+            return Status::no_memory;
+        default:
+            LOOM_LOG_ERROR("{} to process {} failed: {}", op, peer.seg.pid, errno_string(err));
+            return Status::io_error;
     }
 }
 
@@ -171,8 +175,9 @@ bool cma_forbidden(ShmEp* ep, const ShmConfig& config, int err) {
     if (err != EPERM || config.cma != ucs::config::Ternary::try_) return false;
     if (ep->peer->cma != CmaState::forbidden) {
         ep->peer->cma = CmaState::forbidden;
-        LOOM_LOG_INFO("process {} may not be accessed with CMA ({}): put/get to it are emulated through its FIFO",
-                      ep->peer->seg.pid, errno_string(err));
+        LOOM_LOG_INFO(
+            "process {} may not be accessed with CMA ({}): put/get to it are emulated through its FIFO",
+            ep->peer->seg.pid, errno_string(err));
     }
     return true;
 }
@@ -202,18 +207,21 @@ Status EpOps::remote_write(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t
     return emu_put(ep, rk, iov, iovcnt, total, remote_addr, comp);
 }
 
-ssize_t EpOps::remote_put_bcopy(ShmEp* ep, RemoteKey* rk, PackCallback pack, void* arg, std::uint64_t remote_addr) {
+ssize_t EpOps::remote_put_bcopy(ShmEp* ep, RemoteKey* rk, PackCallback pack, void* arg,
+                                std::uint64_t remote_addr) {
     auto* iface = static_cast<ShmIface*>(ep->iface);
     const std::size_t max = iface->config_.max_bcopy;
     if (rk->pid != ep->peer->seg.pid) return static_cast<ssize_t>(wrong_process(rk, ep));
     if (use_cma(ep)) {
         const std::size_t length = pack(iface->bounce_.data(), arg);
-        if (length > max) LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {}-byte limit", length, max);
+        if (length > max)
+            LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {}-byte limit", length, max);
         if (!rk->allows(remote_addr, length, kAccessRemotePut)) {
             return static_cast<ssize_t>(access_denied(rk, remote_addr, length, kAccessRemotePut));
         }
         const Iov iov{iface->bounce_.data(), length, kMemHNull};
-        int err = length == 0 ? 0 : cma_transfer(true, static_cast<pid_t>(rk->pid), &iov, 1, remote_addr, length);
+        int err =
+            length == 0 ? 0 : cma_transfer(true, static_cast<pid_t>(rk->pid), &iov, 1, remote_addr, length);
         if (err == 0) return static_cast<ssize_t>(length);
         if (!cma_forbidden(ep, iface->config_, err)) return static_cast<ssize_t>(cma_failed(ep, err, true));
         // Already packed: send it emulated (one fragment, so it completes or finds no room).
@@ -224,10 +232,12 @@ ssize_t EpOps::remote_put_bcopy(ShmEp* ep, RemoteKey* rk, PackCallback pack, voi
     const std::uint64_t reserved = msg_cells(sizeof(PutHeader) + max);
     FifoCtl* fifo = ep->fifo;
     std::uint64_t pos;
-    if (!fifo_reserve(fifo, &ep->cached_tail, reserved, &pos)) return static_cast<ssize_t>(iface->send_blocked(ep));
+    if (!fifo_reserve(fifo, &ep->cached_tail, reserved, &pos))
+        return static_cast<ssize_t>(iface->send_blocked(ep));
     Cell* cell = fifo->cells() + (pos & fifo->mask);
     const std::size_t length = pack(cell->payload() + sizeof(PutHeader), arg);
-    if (length > max) LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {}-byte limit", length, max);
+    if (length > max)
+        LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {}-byte limit", length, max);
     if (!rk->allows(remote_addr, length, kAccessRemotePut)) {
         write_pad(fifo, pos, reserved);  // the reservation is ours: hand it to the consumer as padding
         return static_cast<ssize_t>(access_denied(rk, remote_addr, length, kAccessRemotePut));
@@ -245,7 +255,8 @@ Status EpOps::emu_put(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovc
                       std::uint64_t remote_addr, Completion* comp) {
     auto* iface = static_cast<ShmIface*>(ep->iface);
     std::uint64_t done = 0;
-    push_fragments(ep, ep->fifo, iov, iovcnt, total, remote_addr, rk->key_id, &done, iface->config_.max_bcopy);
+    push_fragments(ep, ep->fifo, iov, iovcnt, total, remote_addr, rk->key_id, &done,
+                   iface->config_.max_bcopy);
     if (done == total) return Status::ok;
     if (done == 0) return iface->send_blocked(ep);
     // Partly out (only a zcopy is ever larger than one fragment): progress pushes the rest, and
@@ -269,8 +280,8 @@ Status EpOps::emu_put(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovc
 
 bool EpOps::push_put(ShmEp* ep, FifoCtl* fifo, EmuOp& op) {
     auto* iface = static_cast<ShmIface*>(ep->iface);
-    return push_fragments(ep, fifo, op.iov.data(), op.iov.size(), op.total, op.remote_addr, op.key_id, &op.done,
-                          iface->config_.max_bcopy);
+    return push_fragments(ep, fifo, op.iov.data(), op.iov.size(), op.total, op.remote_addr, op.key_id,
+                          &op.done, iface->config_.max_bcopy);
 }
 
 Status EpOps::remote_read(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, UnpackCallback unpack,
@@ -284,8 +295,9 @@ Status EpOps::remote_read(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t 
     if (use_cma(ep)) {
         // get_bcopy reads into the staging buffer (total <= max_bcopy, checked by the caller).
         const Iov staging{iface->bounce_.data(), static_cast<std::size_t>(total), kMemHNull};
-        int err = unpack != nullptr ? cma_transfer(false, static_cast<pid_t>(rk->pid), &staging, 1, remote_addr, total)
-                                    : cma_transfer(false, static_cast<pid_t>(rk->pid), iov, iovcnt, remote_addr, total);
+        int err = unpack != nullptr
+                      ? cma_transfer(false, static_cast<pid_t>(rk->pid), &staging, 1, remote_addr, total)
+                      : cma_transfer(false, static_cast<pid_t>(rk->pid), iov, iovcnt, remote_addr, total);
         if (err == 0) {
             ep->peer->cma = CmaState::works;
             if (unpack != nullptr) unpack(arg, iface->bounce_.data(), total);
@@ -370,8 +382,8 @@ void ShmIface::handle_put(const std::uint8_t* data, std::size_t length) {
     Status status = with_region(header.key_id, header.remote_addr, n, kAccessRemotePut,
                                 [&](std::uint8_t* dest) { std::memcpy(dest, data + sizeof(header), n); });
     if (status != Status::ok) {
-        LOOM_LOG_WARN("refused an emulated put of {} bytes at {:#x}: no registration (key {:#x}) allows it", n,
-                      header.remote_addr, header.key_id);
+        LOOM_LOG_WARN("refused an emulated put of {} bytes at {:#x}: no registration (key {:#x}) allows it",
+                      n, header.remote_addr, header.key_id);
     }
 }
 
@@ -387,13 +399,19 @@ void ShmIface::handle_get_request(const std::uint8_t* data, std::size_t length) 
     std::string reason;
     auto peer = attach_peer(reply_to, &reason);
     if (!peer) {
-        LOOM_LOG_WARN("dropped a get request from process {}: cannot reach its FIFO: {}", reply_to.pid, reason);
+        LOOM_LOG_WARN("dropped a get request from process {}: cannot reach its FIFO: {}", reply_to.pid,
+                      reason);
+        return;
+    }
+    // The requester's chunk limit, but never more than our own messages; the replies must fit its ring.
+    const auto chunk = static_cast<std::uint32_t>(
+        std::clamp<std::uint64_t>(request.max_chunk, kMinMaxBcopy, config_.max_bcopy));
+    if ((*peer)->fifo->cell_count < 2 * msg_cells(sizeof(GetReply) + chunk)) {
+        LOOM_LOG_WARN("dropped a get request from process {}: its FIFO is too small for {}-byte replies",
+                      reply_to.pid, chunk);
         return;
     }
     ++(*peer)->refs;
-    // The requester's chunk limit, but never more than our messages (its FIFO was checked for those).
-    const auto chunk = static_cast<std::uint32_t>(
-        std::clamp<std::uint64_t>(request.max_chunk, kMinMaxBcopy, config_.max_bcopy));
     replies_.push_back(
         ReplyJob{*peer, request.op_id, request.remote_addr, request.key_id, request.length, 0, chunk});
     set_work(kWorkReplies);
@@ -402,7 +420,8 @@ void ShmIface::handle_get_request(const std::uint8_t* data, std::size_t length) 
 bool ShmIface::push_reply(ReplyJob& job) {
     FifoCtl* fifo = job.peer->fifo;
     do {
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(job.max_chunk, job.length - job.offset));
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(job.max_chunk, job.length - job.offset));
         const std::uint64_t reserved = msg_cells(sizeof(GetReply) + n);
         std::uint64_t pos;
         if (!fifo_reserve(fifo, &job.peer->cached_tail, reserved, &pos)) return false;
@@ -418,9 +437,10 @@ bool ShmIface::push_reply(ReplyJob& job) {
         if (cells < reserved) fifo_shrink(fifo, pos, cells, reserved);
         publish(cell, pos, fifo->salt);
         if (status != Status::ok) {
-            LOOM_LOG_WARN("refused an emulated get of {} bytes at {:#x} from process {}: no registration (key {:#x}) "
-                          "allows it",
-                          job.length, job.remote_addr, job.peer->seg.pid, job.key_id);
+            LOOM_LOG_WARN(
+                "refused an emulated get of {} bytes at {:#x} from process {}: no registration (key {:#x}) "
+                "allows it",
+                job.length, job.remote_addr, job.peer->seg.pid, job.key_id);
             return true;
         }
         job.offset += n;
@@ -464,8 +484,8 @@ void ShmIface::handle_get_reply(const std::uint8_t* data, std::size_t length) {
         return;
     }
     if (reply.offset != op->done || n > op->total - op->done || (n == 0 && op->total != 0)) {
-        LOOM_LOG_WARN("malformed reply to get {}: {} bytes at offset {} (expected offset {} of {})", reply.op_id, n,
-                      reply.offset, op->done, op->total);
+        LOOM_LOG_WARN("malformed reply to get {}: {} bytes at offset {} (expected offset {} of {})",
+                      reply.op_id, n, reply.offset, op->done, op->total);
         finish_op(op, Status::malformed_packet);
         return;
     }

@@ -1,7 +1,6 @@
 #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_segment.h"
-
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
 
 #include "ucs/debug/log.h"
 
@@ -43,7 +42,9 @@ std::string memfd_name(std::uint64_t cookie) {
     return buf;
 }
 
-std::string fd_link(pid_t pid, int fd) { return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd); }
+std::string fd_link(pid_t pid, int fd) {
+    return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+}
 
 /** Maps @p fd shared read-write, pages populated so the first messages take no page faults. */
 void* map_fd(int fd, std::size_t size) {
@@ -136,7 +137,9 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     return *this;
 }
 
-Segment::~Segment() { release(); }
+Segment::~Segment() {
+    release();
+}
 
 void Segment::unlink_name() {
     if (!name_.empty()) {
@@ -172,7 +175,8 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
     int fd = -1;
     std::string what;
     if (id.kind == static_cast<std::uint8_t>(SegmentKind::memfd)) {
-        if (id.fd > static_cast<std::uint32_t>(INT32_MAX)) return fail(Status::invalid_address, "bad fd number");
+        if (id.fd > static_cast<std::uint32_t>(INT32_MAX))
+            return fail(Status::invalid_address, "bad fd number");
         what = fd_link(static_cast<pid_t>(id.pid), static_cast<int>(id.fd));
         fd = ::open(what.c_str(), O_RDWR | O_CLOEXEC);
         if (fd < 0) {
@@ -192,16 +196,18 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
         std::string expected = "/memfd:" + memfd_name(id.cookie) + " (deleted)";
         if (n < 0 || std::string(link, static_cast<std::size_t>(n)) != expected) {
             ::close(fd);
-            return fail(Status::unreachable, what + " is not the expected segment (cookie mismatch: the pid or "
-                                                    "fd was reused)");
+            return fail(Status::unreachable, what +
+                                                 " is not the expected segment (cookie mismatch: the pid or "
+                                                 "fd was reused)");
         }
     } else if (id.kind == static_cast<std::uint8_t>(SegmentKind::posix)) {
         what = posix_segment_name(id);
         fd = ::shm_open(what.c_str(), O_RDWR | O_CLOEXEC, 0);
         if (fd < 0) {
             int err = errno;
-            return fail(Status::unreachable, "cannot open shared memory " + what + ": " + errno_string(err) +
-                                                 (err == ENOENT ? " (owner gone, or a cookie mismatch)" : ""));
+            return fail(Status::unreachable,
+                        "cannot open shared memory " + what + ": " + errno_string(err) +
+                            (err == ENOENT ? " (owner gone, or a cookie mismatch)" : ""));
         }
     } else {
         return fail(Status::invalid_address, "unknown segment kind " + std::to_string(id.kind));
@@ -251,8 +257,8 @@ std::size_t sweep_stale_segments() {
         std::uint64_t start_time = 0, cookie = 0;
         char rest = 0;
         // sscanf with %c after the last field makes trailing junk a mismatch.
-        int fields = std::sscanf(entry->d_name, "loom-%" SCNu32 "-%" SCNu32 "-%" SCNu64 "-%16" SCNx64 "%c", &uid,
-                                 &pid, &start_time, &cookie, &rest);
+        int fields = std::sscanf(entry->d_name, "loom-%" SCNu32 "-%" SCNu32 "-%" SCNu64 "-%16" SCNx64 "%c",
+                                 &uid, &pid, &start_time, &cookie, &rest);
         if (fields != 4 || uid != my_uid) continue;
         SegmentId id{};
         id.uid = uid;
@@ -294,7 +300,8 @@ Result<SegmentKind> resolve_segment_kind(SegmentMode mode) {
             why = "/proc/<pid>/fd links cannot be opened: " + errno_string(errno);
         } else {
             ::close(reopened);
-            if (::prctl(PR_GET_DUMPABLE) != 1) why = "the process is not dumpable, so peers cannot open its /proc links";
+            if (::prctl(PR_GET_DUMPABLE) != 1)
+                why = "the process is not dumpable, so peers cannot open its /proc links";
         }
         ::close(fd);
     }

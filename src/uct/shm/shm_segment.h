@@ -52,7 +52,8 @@ struct SegmentId {
     std::uint8_t kind;         ///< SegmentKind
     std::uint8_t reserved[3];
 };
-static_assert(sizeof(SegmentId) == 40 && std::is_trivially_copyable_v<SegmentId>, "SegmentId is a wire format");
+static_assert(sizeof(SegmentId) == 40 && std::is_trivially_copyable_v<SegmentId>,
+              "SegmentId is a wire format");
 
 /** A segment created by this process, mapped read-write. Move-only; releases everything when destroyed. */
 class Segment {
@@ -71,8 +72,11 @@ public:
     /** Unmaps, closes the fd and removes the posix name. */
     ~Segment();
 
+    /** Where the segment is mapped in this process (null for an empty object). */
     void* address() const { return address_; }
+    /** Bytes mapped (the size asked for, rounded up to a page). */
     std::size_t size() const { return size_; }
+    /** What peers need to attach it. */
     const SegmentId& id() const { return id_; }
 
     /** The posix name ("/loom-..."), empty for memfd segments. */
@@ -109,7 +113,9 @@ public:
     Mapping& operator=(const Mapping&) = delete;
     ~Mapping();
 
+    /** Where the peer's segment is mapped here (null for an empty object). */
     void* address() const { return address_; }
+    /** Bytes mapped. */
     std::size_t size() const { return size_; }
 
 private:

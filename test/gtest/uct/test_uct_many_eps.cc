@@ -56,8 +56,8 @@ protected:
         auto payload = payload_for(index, seq, payload_len_);
         std::uint64_t header = (static_cast<std::uint64_t>(index) << 32) | static_cast<std::uint32_t>(seq);
         Status status;
-        while ((status = ep_am_short(ep, kAmId, header, payload.data(), static_cast<unsigned>(payload.size()))) ==
-               Status::no_resource) {
+        while ((status = ep_am_short(ep, kAmId, header, payload.data(),
+                                     static_cast<unsigned>(payload.size()))) == Status::no_resource) {
             progress_all(entities);
         }
         ASSERT_EQ(Status::ok, status) << to_string(status);
@@ -105,7 +105,8 @@ TEST_P(UctManyEpsTest, OneIfaceToManyPeers) {
     }
     for (int i = 0; i < kCount; ++i) send(out[i], i, 0, peers);
     ASSERT_TRUE(wait_all(peers, [&] {
-        return std::all_of(inboxes.begin(), inboxes.end(), [](const Inbox& b) { return !b.messages.empty(); });
+        return std::all_of(inboxes.begin(), inboxes.end(),
+                           [](const Inbox& b) { return !b.messages.empty(); });
     }));
     for (int i = 0; i < kCount; ++i) {
         ASSERT_EQ(1u, inboxes[i].messages.size()) << "peer " << i;
@@ -150,7 +151,8 @@ TEST_P(UctManyEpsTest, ManyEndpointsToOnePeer) {
     for (int round = 0; round < kRounds; ++round) {
         for (int i = 0; i < kCount; ++i) send(eps[i], i, round, none);
     }
-    ASSERT_TRUE(wait_for([&] { return inbox.messages.size() >= static_cast<std::size_t>(kCount * kRounds); }));
+    ASSERT_TRUE(
+        wait_for([&] { return inbox.messages.size() >= static_cast<std::size_t>(kCount * kRounds); }));
     EXPECT_EQ(static_cast<std::size_t>(kCount * kRounds), inbox.messages.size());
     std::vector<int> next(kCount, 0);
     for (const Message& m : inbox.messages) {
@@ -166,7 +168,8 @@ TEST_P(UctManyEpsTest, ManyEndpointsToOnePeer) {
     // New endpoints work after the old ones are gone.
     Ep* fresh = sender_->connect_to(*receiver_);
     send(fresh, 99, 0, none);
-    ASSERT_TRUE(wait_for([&] { return inbox.messages.size() == static_cast<std::size_t>(kCount * kRounds + 1); }));
+    ASSERT_TRUE(
+        wait_for([&] { return inbox.messages.size() == static_cast<std::size_t>(kCount * kRounds + 1); }));
     EXPECT_EQ(99, inbox.messages.back().index);
     sender_->destroy_ep(fresh);
 }

@@ -36,7 +36,9 @@ struct Received {
 
 /** Headers of the messages the pending requests send: endpoint and sequence number. */
 constexpr std::uint64_t kPendingTag = 0x5045ull << 48;
-std::uint64_t encode(int ep, int seq) { return kPendingTag | (static_cast<std::uint64_t>(ep) << 16) | seq; }
+std::uint64_t encode(int ep, int seq) {
+    return kPendingTag | (static_cast<std::uint64_t>(ep) << 16) | seq;
+}
 
 class UctPendingTest : public UctTest {
 protected:
@@ -129,7 +131,8 @@ TEST_P(UctPendingTest, QueuedRequestsRunInOrderAndRoundRobin) {
     gate_open_ = true;
     ASSERT_TRUE(wait_for([&] { return ran_.size() == static_cast<std::size_t>(kEps * kRequestsPerEp); }))
         << "only " << ran_.size() << " pending requests ran";
-    ASSERT_TRUE(wait_for([&] { return static_cast<long>(received_.headers.size()) == filled_ + kEps * kRequestsPerEp; }));
+    ASSERT_TRUE(wait_for(
+        [&] { return static_cast<long>(received_.headers.size()) == filled_ + kEps * kRequestsPerEp; }));
 
     // FIFO per endpoint, and round-robin: at any point no endpoint is more than one request ahead.
     std::vector<int> count(kEps, 0);
@@ -157,10 +160,12 @@ TEST_P(UctPendingTest, RequestsRunWhenTheReceiverDrains) {
     if (!fill_all()) GTEST_SKIP() << GetParam().name() << " never returned no_resource (nothing ever waits)";
     gate_open_ = true;  // the requests send as soon as they are called
     for (int e = 0; e < kEps; ++e) {
-        for (int s = 0; s < kRequestsPerEp; ++s) ASSERT_EQ(Status::ok, ep_pending_add(eps_[e], &requests_[e][s], 0));
+        for (int s = 0; s < kRequestsPerEp; ++s)
+            ASSERT_EQ(Status::ok, ep_pending_add(eps_[e], &requests_[e][s], 0));
     }
     ASSERT_TRUE(wait_for([&] { return ran_.size() == static_cast<std::size_t>(kEps * kRequestsPerEp); }));
-    ASSERT_TRUE(wait_for([&] { return static_cast<long>(received_.headers.size()) == filled_ + kEps * kRequestsPerEp; }));
+    ASSERT_TRUE(wait_for(
+        [&] { return static_cast<long>(received_.headers.size()) == filled_ + kEps * kRequestsPerEp; }));
     std::vector<int> count(kEps, 0);
     for (auto [e, s] : ran_) EXPECT_EQ(count[e]++, s);
     // Nothing stays queued: flush succeeds.
@@ -168,8 +173,10 @@ TEST_P(UctPendingTest, RequestsRunWhenTheReceiverDrains) {
         CountingCompletion comp;
         Status status;
         while ((status = ep_flush(ep, kFlushLocal, &comp)) == Status::no_resource) progress();
-        if (status == Status::in_progress) ASSERT_TRUE(wait_for([&] { return comp.fired == 1; }));
-        else EXPECT_EQ(Status::ok, status);
+        if (status == Status::in_progress)
+            ASSERT_TRUE(wait_for([&] { return comp.fired == 1; }));
+        else
+            EXPECT_EQ(Status::ok, status);
     }
 }
 
@@ -177,7 +184,8 @@ TEST_P(UctPendingTest, PurgeHandsBackEveryQueuedRequest) {
     if (!has(kCapPending) || !has(kCapAmShort)) GTEST_SKIP() << "transport has no pending queue or am_short";
     if (!fill_all()) GTEST_SKIP() << GetParam().name() << " never returned no_resource (nothing ever waits)";
     for (int e = 0; e < 2; ++e) {
-        for (int s = 0; s < kRequestsPerEp; ++s) ASSERT_EQ(Status::ok, ep_pending_add(eps_[e], &requests_[e][s], 0));
+        for (int s = 0; s < kRequestsPerEp; ++s)
+            ASSERT_EQ(Status::ok, ep_pending_add(eps_[e], &requests_[e][s], 0));
     }
     std::map<int, std::vector<int>> purged;  // endpoint -> sequence numbers, in purge order
     auto collect = [](PendingReq* req, void* arg) {

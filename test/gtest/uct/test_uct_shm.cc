@@ -127,8 +127,8 @@ TEST(ShmFifo, WrapAroundKeepsOrderAndDataForEveryFlavour) {
         if (kind == 0) {
             auto payload = pattern(rng() % (impl::kMaxShort + 1), i);
             const std::uint64_t header = 0xabc000ull + i;
-            while ((status = ep_am_short(ep, kAmId, header, payload.data(), static_cast<unsigned>(payload.size()))) ==
-                   Status::no_resource) {
+            while ((status = ep_am_short(ep, kAmId, header, payload.data(),
+                                         static_cast<unsigned>(payload.size()))) == Status::no_resource) {
                 receiver.progress();
             }
             std::vector<std::uint8_t> whole(sizeof(header));
@@ -149,10 +149,11 @@ TEST(ShmFifo, WrapAroundKeepsOrderAndDataForEveryFlavour) {
             auto header = pattern(rng() % (impl::kMaxZcopyHeader + 1), i);
             auto data = pattern(rng() % 257, i + 1);
             std::size_t half = data.size() / 2;
-            Iov iov[2] = {{data.data(), half, kMemHNull}, {data.data() + half, data.size() - half, kMemHNull}};
+            Iov iov[2] = {{data.data(), half, kMemHNull},
+                          {data.data() + half, data.size() - half, kMemHNull}};
             TestCompletion comp;
-            while ((status = ep_am_zcopy(ep, kAmId, header.data(), static_cast<unsigned>(header.size()), iov, 2, 0,
-                                         &comp)) == Status::no_resource) {
+            while ((status = ep_am_zcopy(ep, kAmId, header.data(), static_cast<unsigned>(header.size()), iov,
+                                         2, 0, &comp)) == Status::no_resource) {
                 receiver.progress();
             }
             header.insert(header.end(), data.begin(), data.end());
@@ -187,7 +188,8 @@ TEST(ShmFifo, UnusedBcopyCellsBecomePaddingWhenSomeoneReservedBehind) {
     ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
     for (int round = 0; round < 3; ++round) {
         NestedSend nested{second, pattern(10 + round, round)};
-        ASSERT_EQ(static_cast<ssize_t>(nested.data.size()), ep_am_bcopy(first, kAmId, NestedSend::pack, &nested, 0));
+        ASSERT_EQ(static_cast<ssize_t>(nested.data.size()),
+                  ep_am_bcopy(first, kAmId, NestedSend::pack, &nested, 0));
         ASSERT_EQ(Status::ok, nested.nested_status);
         ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 2u * (round + 1); }));
         // The bcopy reserved first, so it arrives first; the padding behind it is skipped.
@@ -222,9 +224,9 @@ TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {
         impl::publish(cell, pos, fifo->salt);
     };
     loom::test::LogCapture capture("error");
-    write_garbage(0, 1, 0);        // no cells
-    write_garbage(1, 1, 1000);     // longer than its cells
-    write_garbage(1, 99, 0);       // unknown type
+    write_garbage(0, 1, 0);     // no cells
+    write_garbage(1, 1, 1000);  // longer than its cells
+    write_garbage(1, 99, 0);    // unknown type
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 77, nullptr, 0));
     ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1; }));
     std::uint64_t header;
@@ -306,7 +308,8 @@ TEST(ShmAddress, ClosedIfaceIsUnreachable) {
 
 TEST(ShmAddress, PeerWithTooSmallAFifoIsUnreachable) {
     ShmSide receiver({{"SHM_FIFO_SIZE", "2k"}, {"SHM_MAX_BCOPY", "256"}});
-    ShmSide sender({{"SHM_MAX_BCOPY", "64k"}, {"SHM_FIFO_SIZE", "1m"}});  // its largest message does not fit there
+    ShmSide sender(
+        {{"SHM_MAX_BCOPY", "64k"}, {"SHM_FIFO_SIZE", "1m"}});  // its largest message does not fit there
     loom::test::LogCapture capture("error");
     EXPECT_EQ(Status::unreachable, sender.connect(receiver.address()).status());
     EXPECT_EQ(1, capture.count("cannot hold our largest messages"));
@@ -386,12 +389,12 @@ TEST_F(ShmRkeyTest, HandlesAreChecked) {
     auto alloc = md.mem_alloc(100, kAccessAll);
     ASSERT_TRUE(alloc.ok());
     loom::test::LogCapture capture("error");
-    EXPECT_EQ(Status::invalid_param, md.mem_free(*reg));              // not an allocation
-    EXPECT_EQ(Status::invalid_param, md.mem_dereg(alloc->second));    // not a registration
+    EXPECT_EQ(Status::invalid_param, md.mem_free(*reg));            // not an allocation
+    EXPECT_EQ(Status::invalid_param, md.mem_dereg(alloc->second));  // not a registration
     EXPECT_EQ(Status::invalid_param, md.mem_dereg(nullptr));
     EXPECT_EQ(Status::invalid_param, sender_->md().mem_dereg(*reg));  // another md's handle
     EXPECT_EQ(Status::ok, md.mem_dereg(*reg));
-    EXPECT_EQ(Status::invalid_param, md.mem_dereg(*reg));             // twice
+    EXPECT_EQ(Status::invalid_param, md.mem_dereg(*reg));  // twice
     std::vector<std::uint8_t> packed(receiver_->md_attr().rkey_packed_size);
     EXPECT_EQ(Status::invalid_param, md.mkey_pack(*reg, packed.data()));
     EXPECT_EQ(Status::ok, md.mem_free(alloc->second));
@@ -459,8 +462,8 @@ TEST(ShmSegments, PosixNamesLiveWhileTheirOwnerUsesThem) {
     const impl::ProcessIdentity self = impl::this_process();
     for (const std::string& name : loom_shm_names()) {
         if (std::find(before.begin(), before.end(), name) != before.end()) continue;
-        const std::string prefix = "loom-" + std::to_string(::geteuid()) + "-" + std::to_string(self.pid) + "-" +
-                                   std::to_string(self.start_time) + "-";
+        const std::string prefix = "loom-" + std::to_string(::geteuid()) + "-" + std::to_string(self.pid) +
+                                   "-" + std::to_string(self.start_time) + "-";
         EXPECT_EQ(0u, name.rfind(prefix, 0)) << name;
         struct stat st;
         ASSERT_EQ(0, ::stat(("/dev/shm/" + name).c_str(), &st));
@@ -548,7 +551,8 @@ TEST(ShmFailure, ClosedPeerIfaceFailsItsEndpoints) {
     // The endpoint is failed for good; nothing crashes or spins.
     EXPECT_EQ(Status::connection_reset, ep_am_short(*ep, kAmId, 2, nullptr, 0));
     std::vector<std::uint8_t> payload(10);
-    EXPECT_EQ(static_cast<ssize_t>(Status::connection_reset), ep_am_bcopy(*ep, kAmId, pack_vector, &payload, 0));
+    EXPECT_EQ(static_cast<ssize_t>(Status::connection_reset),
+              ep_am_bcopy(*ep, kAmId, pack_vector, &payload, 0));
     EXPECT_EQ(Status::connection_reset, flush_ep(sender, *ep));
     for (int i = 0; i < 100; ++i) sender.progress();
     EXPECT_EQ(1, error.calls);

@@ -42,8 +42,8 @@ public:
     std::vector<std::uint8_t> address() const;
 
     /** Creates an endpoint to the peer whose address() is @p address; returns the status on failure. */
-    Result<Ep*> connect(const std::vector<std::uint8_t>& address, void (*on_error)(void*, Ep*, Status) = nullptr,
-                        void* on_error_arg = nullptr);
+    Result<Ep*> connect(const std::vector<std::uint8_t>& address,
+                        void (*on_error)(void*, Ep*, Status) = nullptr, void* on_error_arg = nullptr);
 
     /** As connect(), throwing on failure. */
     Ep* connect_or_throw(const std::vector<std::uint8_t>& address);
@@ -96,7 +96,8 @@ Status flush_ep(ShmSide& side, Ep* ep);
 /** Waits for an operation that returned @p status on @p comp (fired counts callbacks). */
 struct TestCompletion : Completion {
     int fired = 0;
-    TestCompletion() : Completion{[](Completion* c) { ++static_cast<TestCompletion*>(c)->fired; }, 1, Status::ok} {}
+    TestCompletion()
+        : Completion{[](Completion* c) { ++static_cast<TestCompletion*>(c)->fired; }, 1, Status::ok} {}
 };
 
 }  // namespace loom::uct::shmtest

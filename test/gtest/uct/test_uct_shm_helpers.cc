@@ -84,8 +84,8 @@ std::vector<std::uint8_t> ShmSide::pack(MemH memh) {
 
 bool reachable(ShmSide& side, const std::vector<std::uint8_t>& address, std::string* reason) {
     std::size_t dev_len = std::min(side.attr().device_addr_len, address.size());
-    return side.iface().is_reachable(address.data(), dev_len, address.data() + dev_len, address.size() - dev_len,
-                                     reason);
+    return side.iface().is_reachable(address.data(), dev_len, address.data() + dev_len,
+                                     address.size() - dev_len, reason);
 }
 
 std::vector<std::string> loom_shm_names() {

@@ -108,8 +108,8 @@ std::vector<AmCase> am_cases(const IfaceAttr& attr) {
                              std::size_t{100}, attr.am.max_short}) {
         cases.push_back({AmCase::kShort, 0, size});
     }
-    for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{1000}, std::size_t{4000},
-                             attr.am.max_bcopy}) {
+    for (std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{1000},
+                             std::size_t{4000}, attr.am.max_bcopy}) {
         cases.push_back({AmCase::kBcopy, 0, size});
     }
     for (std::size_t header : {std::size_t{0}, std::size_t{16}, attr.am.max_hdr}) {
@@ -148,7 +148,8 @@ std::string am_send_all(ShmSide& side, Ep* ep) {
                                      static_cast<unsigned>(payload.size()));
             } else if (c.flavour == AmCase::kBcopy) {
                 ssize_t n = ep_am_bcopy(ep, kAmId, pack_vector, &payload, 0);
-                status = n >= 0 ? (n == static_cast<ssize_t>(payload.size()) ? Status::ok : Status::message_truncated)
+                status = n >= 0 ? (n == static_cast<ssize_t>(payload.size()) ? Status::ok
+                                                                             : Status::message_truncated)
                                 : static_cast<Status>(n);
             } else {
                 auto header = pattern(c.header, 1000 + i);
@@ -157,7 +158,8 @@ std::string am_send_all(ShmSide& side, Ep* ep) {
                               {payload.data() + third, third, kMemHNull},
                               {payload.data() + 2 * third, payload.size() - 2 * third, kMemHNull}};
                 TestCompletion comp;
-                status = ep_am_zcopy(ep, kAmId, header.data(), static_cast<unsigned>(header.size()), iov, 3, 0, &comp);
+                status = ep_am_zcopy(ep, kAmId, header.data(), static_cast<unsigned>(header.size()), iov, 3,
+                                     0, &comp);
             }
             if (status != Status::no_resource) break;
             side.progress();
@@ -171,7 +173,8 @@ std::string am_send_all(ShmSide& side, Ep* ep) {
 std::string am_check_all(const IfaceAttr& attr, const Inbox& inbox) {
     auto cases = am_cases(attr);
     if (inbox.messages.size() != cases.size()) {
-        return "got " + std::to_string(inbox.messages.size()) + " messages, expected " + std::to_string(cases.size());
+        return "got " + std::to_string(inbox.messages.size()) + " messages, expected " +
+               std::to_string(cases.size());
     }
     for (unsigned i = 0; i < cases.size(); ++i) {
         if (inbox.messages[i] != am_expected(cases[i], i)) return "message " + std::to_string(i) + " differs";
@@ -184,13 +187,15 @@ TEST(ShmMultiProcess, ActiveMessagesOfEveryFlavourBothWays) {
         ChildReport report;
         ShmSide side;
         Inbox inbox;
-        report.check(side.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) == Status::ok, "set handler");
+        report.check(side.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) == Status::ok,
+                     "set handler");
         ch.send(side.address());
         auto parent = ch.recv();
         if (!parent) return 3;
         Ep* ep = side.connect_or_throw(*parent);
         const std::size_t expected = am_cases(side.attr()).size();
-        report.check(side.progress_until([&] { return inbox.messages.size() >= expected; }), "receive timed out");
+        report.check(side.progress_until([&] { return inbox.messages.size() >= expected; }),
+                     "receive timed out");
         std::string diff = am_check_all(side.attr(), inbox);
         report.check(diff.empty(), "child received: " + diff);
         std::string sent = am_send_all(side, ep);
@@ -248,7 +253,8 @@ int rma_target(Channel& ch, bool progress) {
                                       reinterpret_cast<std::uint8_t*>(addresses) + sizeof(addresses)));
     if (progress) {
         Signal signal;
-        report.check(side.iface().set_am_handler(kSignalAm, Signal::handler, &signal, 0) == Status::ok, "handler");
+        report.check(side.iface().set_am_handler(kSignalAm, Signal::handler, &signal, 0) == Status::ok,
+                     "handler");
         report.check(side.progress_until([&] { return signal.raised; }, 30s), "no signal");
     }
     report.check(ch.recv_text() == "check", "no check command");
@@ -315,23 +321,30 @@ std::string exercise_rma(ShmSide& side, Target& t, bool emulated) {
                   {big.data() + 2 * third, kBig - 2 * third, kMemHNull}};
     TestCompletion put;
     Status status;
-    while ((status = ep_put_zcopy(t.ep, iov, 3, t.big_addr, t.big.rkey, &put)) == Status::no_resource) side.progress();
+    while ((status = ep_put_zcopy(t.ep, iov, 3, t.big_addr, t.big.rkey, &put)) == Status::no_resource)
+        side.progress();
     if (emulated && status == Status::in_progress) {
         // The rest of the put is still going out: nothing may overtake it.
-        if (ep_am_short(t.ep, kAmId, 0, nullptr, 0) != Status::no_resource) return "an am_short overtook a put";
+        if (ep_am_short(t.ep, kAmId, 0, nullptr, 0) != Status::no_resource)
+            return "an am_short overtook a put";
     }
-    if ((status = finish(side, status, put)) != Status::ok) return std::string("put_zcopy: ") + std::string(to_string(status));
-    if ((status = flush_ep(side, t.ep)) != Status::ok) return std::string("flush: ") + std::string(to_string(status));
+    if ((status = finish(side, status, put)) != Status::ok)
+        return std::string("put_zcopy: ") + std::string(to_string(status));
+    if ((status = flush_ep(side, t.ep)) != Status::ok)
+        return std::string("flush: ") + std::string(to_string(status));
 
     std::vector<std::uint8_t> back(kBig, 0);
     Iov whole{back.data(), back.size(), kMemHNull};
     TestCompletion get;
-    while ((status = ep_get_zcopy(t.ep, &whole, 1, t.big_addr, t.big.rkey, &get)) == Status::no_resource) side.progress();
-    if ((status = finish(side, status, get)) != Status::ok) return std::string("get_zcopy: ") + std::string(to_string(status));
+    while ((status = ep_get_zcopy(t.ep, &whole, 1, t.big_addr, t.big.rkey, &get)) == Status::no_resource)
+        side.progress();
+    if ((status = finish(side, status, get)) != Status::ok)
+        return std::string("get_zcopy: ") + std::string(to_string(status));
     if (back != big) return "get_zcopy read something else than the put wrote";
 
     auto a = pattern(100, 2);
-    while ((status = ep_put_short(t.ep, a.data(), 100, t.big_addr + 5000, t.big.rkey)) == Status::no_resource) {
+    while ((status = ep_put_short(t.ep, a.data(), 100, t.big_addr + 5000, t.big.rkey)) ==
+           Status::no_resource) {
         side.progress();
     }
     if (status != Status::ok) return std::string("put_short: ") + std::string(to_string(status));
@@ -344,27 +357,31 @@ std::string exercise_rma(ShmSide& side, Target& t, bool emulated) {
     if (packed != 3000) return "put_bcopy returned " + std::to_string(packed);
     Unpacked unpacked;
     TestCompletion get_b;
-    while ((status = ep_get_bcopy(t.ep, Unpacked::unpack, &unpacked, 3000, t.big_addr + 10000, t.big.rkey, &get_b)) ==
-           Status::no_resource) {
+    while ((status = ep_get_bcopy(t.ep, Unpacked::unpack, &unpacked, 3000, t.big_addr + 10000, t.big.rkey,
+                                  &get_b)) == Status::no_resource) {
         side.progress();
     }
-    if ((status = finish(side, status, get_b)) != Status::ok) return std::string("get_bcopy: ") + std::string(to_string(status));
+    if ((status = finish(side, status, get_b)) != Status::ok)
+        return std::string("get_bcopy: ") + std::string(to_string(status));
     if (unpacked.data != b) return "get_bcopy read something else than put_bcopy wrote";
 
     // The small buffer: read-only for us, and its bounds hold.
     std::vector<std::uint8_t> small(kSmall, 0);
     Iov small_iov{small.data(), small.size(), kMemHNull};
     TestCompletion get_s;
-    while ((status = ep_get_zcopy(t.ep, &small_iov, 1, t.small_addr, t.small.rkey, &get_s)) == Status::no_resource) {
+    while ((status = ep_get_zcopy(t.ep, &small_iov, 1, t.small_addr, t.small.rkey, &get_s)) ==
+           Status::no_resource) {
         side.progress();
     }
-    if ((status = finish(side, status, get_s)) != Status::ok) return std::string("get small: ") + std::string(to_string(status));
+    if ((status = finish(side, status, get_s)) != Status::ok)
+        return std::string("get small: ") + std::string(to_string(status));
     if (small != pattern(kSmall, 9)) return "the small buffer read back wrong";
     if (ep_put_short(t.ep, a.data(), 8, t.small_addr, t.small.rkey) != Status::access_denied) {
         return "a put without the right was not denied";
     }
     Iov past{small.data(), 16, kMemHNull};
-    if (ep_get_zcopy(t.ep, &past, 1, t.small_addr + kSmall - 8, t.small.rkey, &get_s) != Status::access_denied) {
+    if (ep_get_zcopy(t.ep, &past, 1, t.small_addr + kSmall - 8, t.small.rkey, &get_s) !=
+        Status::access_denied) {
         return "a get past the end was not denied";
     }
     return "";
@@ -386,7 +403,8 @@ TEST_P(ShmRmaTest, PutAndGetOfEveryFlavour) {
     // Atomics need mem_alloc memory: one log line however often they are tried.
     std::uint64_t old = 0;
     TestCompletion comp;
-    EXPECT_EQ(Status::unsupported, ep_atomic64_fetch(t.ep, AtomicOp::add, 1, &old, t.big_addr, t.big.rkey, &comp));
+    EXPECT_EQ(Status::unsupported,
+              ep_atomic64_fetch(t.ep, AtomicOp::add, 1, &old, t.big_addr, t.big.rkey, &comp));
     EXPECT_EQ(Status::unsupported, ep_atomic64_post(t.ep, AtomicOp::add, 1, t.big_addr, t.big.rkey));
     EXPECT_EQ(1, capture.count("atomics need memory from mem_alloc"));
     EXPECT_EQ(Status::ok, raise_signal(side, t.ep));  // ignored by a target that does not progress
@@ -500,7 +518,8 @@ TEST(ShmMultiProcess, AtomicsOnMemAllocMemoryAreExactAcrossProcesses) {
         for (int i = 0; i < kOps; ++i) {
             std::uint64_t old64;
             std::uint32_t old32;
-            if (ep_atomic64_fetch(ep, AtomicOp::add, 1, &old64, base, rkey, &comp) != Status::ok) return "fetch64";
+            if (ep_atomic64_fetch(ep, AtomicOp::add, 1, &old64, base, rkey, &comp) != Status::ok)
+                return "fetch64";
             if (ep_atomic32_post(ep, AtomicOp::add, 1, base + 8, rkey) != Status::ok) return "post32";
             (void)old32;
         }
@@ -508,7 +527,8 @@ TEST(ShmMultiProcess, AtomicsOnMemAllocMemoryAreExactAcrossProcesses) {
             std::uint64_t seen = 0, expected = 0;
             do {
                 expected = seen;
-                if (ep_atomic64_cswap(ep, expected, expected + 1, base + 16, rkey, &seen, &comp) != Status::ok) {
+                if (ep_atomic64_cswap(ep, expected, expected + 1, base + 16, rkey, &seen, &comp) !=
+                    Status::ok) {
                     return "cswap";
                 }
             } while (seen != expected);
@@ -673,7 +693,8 @@ TEST(ShmPeerFailure, FullFifoWithPendingRequestsFailsWhenThePeerIsKilled) {
     EXPECT_EQ(Status::endpoint_failure, error.status);
     EXPECT_EQ(0, calls) << "pending requests of a failed endpoint must not run";
     int purged = 0;
-    ep_pending_purge(ep, [](PendingReq*, void* arg) { ++*static_cast<int*>(arg); }, &purged);
+    ep_pending_purge(
+        ep, [](PendingReq*, void* arg) { ++*static_cast<int*>(arg); }, &purged);
     EXPECT_EQ(3, purged);
     EXPECT_EQ(Status::endpoint_failure, ep_am_short(ep, kAmId, 0, nullptr, 0));
     // A failed endpoint queues nothing more: busy sends the caller back to the operation, which fails.
