@@ -122,7 +122,7 @@ Status self_am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length
     if (header_length != 0) std::memcpy(buf, header, header_length);
     std::size_t offset = header_length;
     for (std::size_t i = 0; i < iovcnt; ++i) {
-        std::memcpy(buf + offset, iov[i].buffer, iov[i].length);
+        if (iov[i].length != 0) std::memcpy(buf + offset, iov[i].buffer, iov[i].length);
         offset += iov[i].length;
     }
     (void)target_of(ep)->invoke_am(id, buf, total, 0);
@@ -142,7 +142,7 @@ Status self_put_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t rem
                       Completion*) {
     auto* dest = reinterpret_cast<std::uint8_t*>(remote_addr);
     for (std::size_t i = 0; i < iovcnt; ++i) {
-        std::memcpy(dest, iov[i].buffer, iov[i].length);
+        if (iov[i].length != 0) std::memcpy(dest, iov[i].buffer, iov[i].length);
         dest += iov[i].length;
     }
     return Status::ok;
@@ -158,7 +158,7 @@ Status self_get_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t rem
                       Completion*) {
     const auto* src = reinterpret_cast<const std::uint8_t*>(remote_addr);
     for (std::size_t i = 0; i < iovcnt; ++i) {
-        std::memcpy(const_cast<void*>(iov[i].buffer), src, iov[i].length);
+        if (iov[i].length != 0) std::memcpy(const_cast<void*>(iov[i].buffer), src, iov[i].length);
         src += iov[i].length;
     }
     return Status::ok;

@@ -1,0 +1,317 @@
+#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
+#include "uct/shm/shm_segment.h"
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+
+#include "ucs/debug/log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+namespace loom::uct::shm {
+
+namespace {
+
+constexpr const char* kShmDir = "/dev/shm";
+constexpr mode_t kSegmentMode = 0600;
+
+std::size_t page_size() {
+    static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return size;
+}
+
+std::size_t round_to_page(std::size_t size) {
+    std::size_t page = page_size();
+    return (size + page - 1) / page * page;
+}
+
+/** The memfd name (shown by readlink as "/memfd:<name> (deleted)"). */
+std::string memfd_name(std::uint64_t cookie) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "loom-shm-%016" PRIx64, cookie);
+    return buf;
+}
+
+std::string fd_link(pid_t pid, int fd) {
+    return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+}
+
+/** Maps @p fd shared read-write, pages populated so the first messages take no page faults. */
+void* map_fd(int fd, std::size_t size) {
+    void* address = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    return address == MAP_FAILED ? nullptr : address;
+}
+
+}  // namespace
+
+std::string posix_segment_name(const SegmentId& id) {
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "/loom-%" PRIu32 "-%" PRIu32 "-%" PRIu64 "-%016" PRIx64, id.uid, id.pid,
+                  id.start_time, id.cookie);
+    return buf;
+}
+
+// --- Segment ----------------------------------------------------------------------------
+
+Result<Segment> Segment::create(std::size_t size, SegmentKind kind) {
+    if (size == 0) return Status::invalid_param;
+    const ProcessIdentity self = this_process();
+    Segment seg;
+    seg.size_ = round_to_page(size);
+    seg.id_.kind = static_cast<std::uint8_t>(kind);
+    seg.id_.uid = static_cast<std::uint32_t>(::geteuid());
+    seg.id_.pid = static_cast<std::uint32_t>(self.pid);
+    seg.id_.start_time = self.start_time;
+    seg.id_.cookie = random_u64();
+    seg.id_.size = seg.size_;
+
+    int fd = -1;
+    if (kind == SegmentKind::memfd) {
+        fd = ::memfd_create(memfd_name(seg.id_.cookie).c_str(), MFD_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            LOOM_LOG_ERROR("memfd_create failed: {}", errno_string(err));
+            return err == EMFILE || err == ENFILE ? Status::no_resource : Status::unsupported;
+        }
+    } else {
+        seg.name_ = posix_segment_name(seg.id_);
+        fd = ::shm_open(seg.name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, kSegmentMode);
+        if (fd < 0) {
+            int err = errno;
+            LOOM_LOG_ERROR("shm_open({}) failed: {}", seg.name_, errno_string(err));
+            seg.name_.clear();
+            return err == EMFILE || err == ENFILE ? Status::no_resource : Status::io_error;
+        }
+    }
+    seg.fd_ = fd;  // from here on the destructor cleans up (fd, name)
+    // The umask may only remove bits, never add: set the mode explicitly so it is exactly 0600.
+    if (::fchmod(fd, kSegmentMode) != 0 || ::ftruncate(fd, static_cast<off_t>(seg.size_)) != 0) {
+        int err = errno;
+        LOOM_LOG_ERROR("sizing a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
+        return err == ENOSPC || err == EFBIG ? Status::no_memory : Status::io_error;
+    }
+    seg.address_ = map_fd(fd, seg.size_);
+    if (seg.address_ == nullptr) {
+        int err = errno;
+        LOOM_LOG_ERROR("mapping a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
+        return Status::no_memory;
+    }
+    if (kind == SegmentKind::memfd) {
+        seg.id_.fd = static_cast<std::uint32_t>(fd);  // peers open /proc/<pid>/fd/<fd>: keep it open
+    } else {
+        ::close(fd);  // peers open the name; the mapping keeps the memory
+        seg.fd_ = -1;
+    }
+    return seg;
+}
+
+Segment::Segment(Segment&& other) noexcept
+    : address_(std::exchange(other.address_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      fd_(std::exchange(other.fd_, -1)),
+      id_(other.id_),
+      name_(std::move(other.name_)) {
+    other.name_.clear();
+}
+
+Segment& Segment::operator=(Segment&& other) noexcept {
+    if (this != &other) {
+        release();
+        address_ = std::exchange(other.address_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        fd_ = std::exchange(other.fd_, -1);
+        id_ = other.id_;
+        name_ = std::move(other.name_);
+        other.name_.clear();
+    }
+    return *this;
+}
+
+Segment::~Segment() {
+    release();
+}
+
+void Segment::unlink_name() {
+    if (!name_.empty()) {
+        if (::shm_unlink(name_.c_str()) != 0 && errno != ENOENT) {
+            LOOM_LOG_WARN("shm_unlink({}) failed: {}", name_, errno_string(errno));
+        }
+        name_.clear();
+    }
+}
+
+void Segment::release() noexcept {
+    unlink_name();
+    if (address_ != nullptr) ::munmap(address_, size_);
+    if (fd_ >= 0) ::close(fd_);
+    address_ = nullptr;
+    fd_ = -1;
+    size_ = 0;
+}
+
+// --- Mapping ----------------------------------------------------------------------------
+
+Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
+    auto fail = [&](Status status, std::string why) -> Result<Mapping> {
+        if (reason) *reason = std::move(why);
+        return status;
+    };
+    if (id.size == 0 || id.size > (1ull << 46)) {
+        return fail(Status::invalid_address, "segment size " + std::to_string(id.size) + " is not plausible");
+    }
+    if (id.pid == 0 || id.pid > static_cast<std::uint32_t>(INT32_MAX)) {
+        return fail(Status::invalid_address, "owner pid " + std::to_string(id.pid) + " is not plausible");
+    }
+    int fd = -1;
+    std::string what;
+    if (id.kind == static_cast<std::uint8_t>(SegmentKind::memfd)) {
+        if (id.fd > static_cast<std::uint32_t>(INT32_MAX))
+            return fail(Status::invalid_address, "bad fd number");
+        what = fd_link(static_cast<pid_t>(id.pid), static_cast<int>(id.fd));
+        fd = ::open(what.c_str(), O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EACCES || err == EPERM) {
+                return fail(Status::unreachable,
+                            "cannot open " + what + ": " + errno_string(err) +
+                                " (the owner's /proc links are not accessible to us; the owner can use "
+                                "LOOM_SHM_SEGMENT=posix)");
+            }
+            return fail(Status::unreachable, "cannot open " + what + ": " + errno_string(err) +
+                                                 " (owner process or segment gone)");
+        }
+        // Check what we opened, not what the link pointed at a moment ago: our own fd cannot change.
+        char link[256];
+        ssize_t n = ::readlink(fd_link(::getpid(), fd).c_str(), link, sizeof(link) - 1);
+        std::string expected = "/memfd:" + memfd_name(id.cookie) + " (deleted)";
+        if (n < 0 || std::string(link, static_cast<std::size_t>(n)) != expected) {
+            ::close(fd);
+            return fail(Status::unreachable, what +
+                                                 " is not the expected segment (cookie mismatch: the pid or "
+                                                 "fd was reused)");
+        }
+    } else if (id.kind == static_cast<std::uint8_t>(SegmentKind::posix)) {
+        what = posix_segment_name(id);
+        fd = ::shm_open(what.c_str(), O_RDWR | O_CLOEXEC, 0);
+        if (fd < 0) {
+            int err = errno;
+            return fail(Status::unreachable,
+                        "cannot open shared memory " + what + ": " + errno_string(err) +
+                            (err == ENOENT ? " (owner gone, or a cookie mismatch)" : ""));
+        }
+    } else {
+        return fail(Status::invalid_address, "unknown segment kind " + std::to_string(id.kind));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < id.size) {
+        ::close(fd);
+        return fail(Status::unreachable, what + " is smaller than the " + std::to_string(id.size) +
+                                             " bytes announced (not the expected segment)");
+    }
+    Mapping mapping;
+    mapping.size_ = static_cast<std::size_t>(id.size);
+    mapping.address_ = map_fd(fd, mapping.size_);
+    int err = errno;
+    ::close(fd);
+    if (mapping.address_ == nullptr) {
+        return fail(Status::no_memory, "mapping " + what + " failed: " + errno_string(err));
+    }
+    return mapping;
+}
+
+Mapping::Mapping(Mapping&& other) noexcept
+    : address_(std::exchange(other.address_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+Mapping& Mapping::operator=(Mapping&& other) noexcept {
+    if (this != &other) {
+        if (address_ != nullptr) ::munmap(address_, size_);
+        address_ = std::exchange(other.address_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+}
+
+Mapping::~Mapping() {
+    if (address_ != nullptr) ::munmap(address_, size_);
+}
+
+// --- Stale names and the segment kind -----------------------------------------------------
+
+std::size_t sweep_stale_segments() {
+    DIR* dir = ::opendir(kShmDir);
+    if (dir == nullptr) return 0;
+    const auto my_uid = static_cast<std::uint32_t>(::geteuid());
+    std::size_t removed = 0;
+    while (dirent* entry = ::readdir(dir)) {
+        std::uint32_t uid = 0, pid = 0;
+        std::uint64_t start_time = 0, cookie = 0;
+        char rest = 0;
+        // sscanf with %c after the last field makes trailing junk a mismatch.
+        int fields = std::sscanf(entry->d_name, "loom-%" SCNu32 "-%" SCNu32 "-%" SCNu64 "-%16" SCNx64 "%c",
+                                 &uid, &pid, &start_time, &cookie, &rest);
+        if (fields != 4 || uid != my_uid) continue;
+        SegmentId id{};
+        id.uid = uid;
+        id.pid = pid;
+        id.start_time = start_time;
+        id.cookie = cookie;
+        // Only names we would have created: the canonical spelling round-trips.
+        if (posix_segment_name(id) != std::string("/") + entry->d_name) continue;
+        bool alive;
+        auto start = process_start_time(static_cast<pid_t>(id.pid));
+        if (id.start_time != 0) {
+            alive = start.ok() && *start == id.start_time;
+        } else {
+            // The owner could not read its own start time: trust only a definite "no such process".
+            alive = !(::kill(static_cast<pid_t>(id.pid), 0) != 0 && errno == ESRCH);
+        }
+        if (alive) continue;
+        std::string name = std::string("/") + entry->d_name;
+        if (::shm_unlink(name.c_str()) == 0) {
+            ++removed;
+            LOOM_LOG_DIAG("removed {} left behind by process {}, which no longer exists", name, id.pid);
+        }
+    }
+    ::closedir(dir);
+    return removed;
+}
+
+Result<SegmentKind> resolve_segment_kind(SegmentMode mode) {
+    if (mode == SegmentMode::posix) return SegmentKind::posix;
+    // memfd works for peers only if they can open our /proc/<pid>/fd links: memfd_create must
+    // exist, /proc must be mounted, and we must be dumpable (otherwise /proc/<pid> belongs to root).
+    std::string why;
+    int fd = ::memfd_create("loom-shm-probe", MFD_CLOEXEC);
+    if (fd < 0) {
+        why = "memfd_create failed: " + errno_string(errno);
+    } else {
+        int reopened = ::open(fd_link(::getpid(), fd).c_str(), O_RDWR | O_CLOEXEC);
+        if (reopened < 0) {
+            why = "/proc/<pid>/fd links cannot be opened: " + errno_string(errno);
+        } else {
+            ::close(reopened);
+            if (::prctl(PR_GET_DUMPABLE) != 1)
+                why = "the process is not dumpable, so peers cannot open its /proc links";
+        }
+        ::close(fd);
+    }
+    if (why.empty()) return SegmentKind::memfd;
+    if (mode == SegmentMode::memfd) {
+        LOOM_LOG_ERROR("LOOM_SHM_SEGMENT=memfd cannot work here: {}", why);
+        return Status::unsupported;
+    }
+    LOOM_LOG_DIAG("using POSIX shared memory segments: {}", why);
+    return SegmentKind::posix;
+}
+
+}  // namespace loom::uct::shm

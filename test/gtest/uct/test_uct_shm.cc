@@ -1,0 +1,562 @@
+/**
+ * shm-specific tests in one process: configuration, the FIFO (capacity, wrap-around,
+ * padding, garbage), addresses and keys from peers, access checks, segments in
+ * /dev/shm, and a peer iface that closes. Multi-process behaviour is in
+ * test_uct_shm_multiproc.cc.
+ */
+#include "test_uct_shm.h"
+
+#include "common/test_helpers.h"
+#include "uct/shm/shm_common.h"
+#include "uct/shm/shm_fifo.h"
+#include "uct/shm/shm_iface.h"
+#include "uct/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cinttypes>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+namespace loom::uct::shmtest {
+namespace {
+
+namespace impl = loom::uct::shm;
+
+constexpr AmId kAmId = 3;
+
+/** Every message the handler saw. */
+struct Inbox {
+    std::vector<std::vector<std::uint8_t>> messages;
+
+    static Status handler(void* arg, void* data, std::size_t length, unsigned) {
+        auto* bytes = static_cast<std::uint8_t*>(data);
+        static_cast<Inbox*>(arg)->messages.emplace_back(bytes, bytes + length);
+        return Status::ok;
+    }
+};
+
+std::size_t pack_vector(void* dest, void* arg) {
+    auto* data = static_cast<std::vector<std::uint8_t>*>(arg);
+    if (!data->empty()) std::memcpy(dest, data->data(), data->size());
+    return data->size();
+}
+
+/** The SegmentId inside an address() blob. */
+impl::SegmentId segment_of(const ShmSide& side, const std::vector<std::uint8_t>& address) {
+    impl::SegmentId seg;
+    std::memcpy(&seg, address.data() + side.attr().device_addr_len + 1, sizeof(seg));
+    return seg;
+}
+
+/** Writes @p seg back into an address() blob. */
+void set_segment(const ShmSide& side, std::vector<std::uint8_t>& address, const impl::SegmentId& seg) {
+    std::memcpy(address.data() + side.attr().device_addr_len + 1, &seg, sizeof(seg));
+}
+
+// --- Configuration --------------------------------------------------------------------------
+
+TEST(ShmConfig, FifoTooSmallForTheLargestMessageIsRejected) {
+    loom::test::LogCapture capture("error");
+    EXPECT_THROW(ShmSide side({{"SHM_FIFO_SIZE", "4k"}}), std::runtime_error);
+    EXPECT_EQ(1, capture.count("LOOM_SHM_FIFO_SIZE=4096"));
+}
+
+TEST(ShmConfig, MaxBcopyOutOfRangeIsRejected) {
+    loom::test::LogCapture capture("error");
+    EXPECT_THROW(ShmSide side({{"SHM_MAX_BCOPY", "100"}}), std::runtime_error);
+    EXPECT_THROW(ShmSide side({{"SHM_MAX_BCOPY", "2m"}}), std::runtime_error);
+    EXPECT_EQ(2, capture.count("LOOM_SHM_MAX_BCOPY"));
+}
+
+TEST(ShmConfig, BadValuesAreRejectedByTheTable) {
+    loom::test::LogCapture capture("error");
+    EXPECT_THROW(ShmSide side({{"SHM_CMA", "maybe"}}), std::runtime_error);
+    EXPECT_THROW(ShmSide side({{"SHM_SEGMENT", "sysv"}}), std::runtime_error);
+}
+
+TEST(ShmConfig, LimitsFollowTheConfiguration) {
+    ShmSide side({{"SHM_MAX_BCOPY", "1k"}});
+    EXPECT_EQ(1024u, side.attr().am.max_bcopy);
+    EXPECT_EQ(1024u, side.attr().put.max_bcopy);
+    EXPECT_EQ(impl::kMaxShort, side.attr().am.max_short);
+    // An 8-byte message (the am_short header alone) is one cell; the largest short is four.
+    EXPECT_EQ(1u, impl::msg_cells(8));
+    EXPECT_EQ(4u, impl::msg_cells(8 + impl::kMaxShort));
+    EXPECT_NE(0u, side.attr().cap_flags & kCapErrHandlingPeerFailure);
+    EXPECT_EQ(0u, side.attr().cap_flags & kCapEventRecv);
+}
+
+// --- The FIFO ------------------------------------------------------------------------------------
+
+TEST(ShmFifo, CapacityIsThePowerOfTwoOfCellsAbove) {
+    // 300k rounds up to 8192 cells (512 KiB): exactly 8192 one-cell messages fit, the next does not.
+    ShmSide receiver({{"SHM_FIFO_SIZE", "300k"}});
+    ShmSide sender;
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    int sent = 0;
+    while (ep_am_short(ep, kAmId, sent, nullptr, 0) == Status::ok) ++sent;
+    EXPECT_EQ(8192, sent);
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 0, nullptr, 0));
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 8192u; }));
+    EXPECT_EQ(Status::ok, ep_am_short(ep, kAmId, 0, nullptr, 0));  // room again
+}
+
+TEST(ShmFifo, WrapAroundKeepsOrderAndDataForEveryFlavour) {
+    // A 32-cell ring: messages of up to 7 cells wrap (with padding) every few sends.
+    const ucs::config::Overrides small = {{"SHM_FIFO_SIZE", "2k"}, {"SHM_MAX_BCOPY", "256"}};
+    ShmSide receiver(small);
+    ShmSide sender(small);
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    std::mt19937 rng(7);
+    std::vector<std::vector<std::uint8_t>> expected;
+    constexpr int kMessages = 3000;
+    for (int i = 0; i < kMessages; ++i) {
+        const int kind = static_cast<int>(rng() % 3);
+        Status status;
+        if (kind == 0) {
+            auto payload = pattern(rng() % (impl::kMaxShort + 1), i);
+            const std::uint64_t header = 0xabc000ull + i;
+            while ((status = ep_am_short(ep, kAmId, header, payload.data(),
+                                         static_cast<unsigned>(payload.size()))) == Status::no_resource) {
+                receiver.progress();
+            }
+            std::vector<std::uint8_t> whole(sizeof(header));
+            std::memcpy(whole.data(), &header, sizeof(header));
+            whole.insert(whole.end(), payload.begin(), payload.end());
+            expected.push_back(std::move(whole));
+        } else if (kind == 1) {
+            auto payload = pattern(rng() % 257, i);
+            ssize_t packed;
+            while ((packed = ep_am_bcopy(ep, kAmId, pack_vector, &payload, 0)) ==
+                   static_cast<ssize_t>(Status::no_resource)) {
+                receiver.progress();
+            }
+            ASSERT_EQ(static_cast<ssize_t>(payload.size()), packed);
+            status = Status::ok;
+            expected.push_back(std::move(payload));
+        } else {
+            auto header = pattern(rng() % (impl::kMaxZcopyHeader + 1), i);
+            auto data = pattern(rng() % 257, i + 1);
+            std::size_t half = data.size() / 2;
+            Iov iov[2] = {{data.data(), half, kMemHNull},
+                          {data.data() + half, data.size() - half, kMemHNull}};
+            TestCompletion comp;
+            while ((status = ep_am_zcopy(ep, kAmId, header.data(), static_cast<unsigned>(header.size()), iov,
+                                         2, 0, &comp)) == Status::no_resource) {
+                receiver.progress();
+            }
+            header.insert(header.end(), data.begin(), data.end());
+            expected.push_back(std::move(header));
+        }
+        ASSERT_EQ(Status::ok, status) << "message " << i;
+    }
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == expected.size(); }));
+    for (int i = 0; i < kMessages; ++i) ASSERT_EQ(expected[i], inbox.messages[i]) << "message " << i;
+}
+
+/** A bcopy whose pack callback makes another endpoint send first. */
+struct NestedSend {
+    Ep* other;
+    std::vector<std::uint8_t> data;
+    Status nested_status = Status::no_message;
+
+    static std::size_t pack(void* dest, void* arg) {
+        auto* self = static_cast<NestedSend*>(arg);
+        self->nested_status = ep_am_short(self->other, kAmId, 0x1234, nullptr, 0);
+        std::memcpy(dest, self->data.data(), self->data.size());
+        return self->data.size();
+    }
+};
+
+TEST(ShmFifo, UnusedBcopyCellsBecomePaddingWhenSomeoneReservedBehind) {
+    ShmSide receiver;
+    ShmSide sender;
+    Ep* first = sender.connect_or_throw(receiver.address());
+    Ep* second = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    for (int round = 0; round < 3; ++round) {
+        NestedSend nested{second, pattern(10 + round, round)};
+        ASSERT_EQ(static_cast<ssize_t>(nested.data.size()),
+                  ep_am_bcopy(first, kAmId, NestedSend::pack, &nested, 0));
+        ASSERT_EQ(Status::ok, nested.nested_status);
+        ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 2u * (round + 1); }));
+        // The bcopy reserved first, so it arrives first; the padding behind it is skipped.
+        EXPECT_EQ(nested.data, inbox.messages[2 * round]);
+        ASSERT_EQ(8u, inbox.messages[2 * round + 1].size());
+        std::uint64_t header;
+        std::memcpy(&header, inbox.messages[2 * round + 1].data(), sizeof(header));
+        EXPECT_EQ(0x1234u, header);
+    }
+}
+
+TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {
+    ShmSide receiver;
+    ShmSide sender;
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    // Write garbage into the receiver's FIFO the way a broken peer would: reserve, write, publish.
+    std::string reason;
+    auto mapping = impl::Mapping::attach(segment_of(receiver, receiver.address()), &reason);
+    ASSERT_TRUE(mapping.ok()) << reason;
+    auto* fifo = static_cast<impl::FifoCtl*>(mapping->address());
+    std::uint64_t cached_tail = 0;
+    auto write_garbage = [&](std::uint16_t cells, std::uint8_t type, std::uint32_t length) {
+        std::uint64_t pos;
+        ASSERT_TRUE(impl::fifo_reserve(fifo, &cached_tail, 1, &pos));
+        impl::Cell* cell = fifo->cells() + (pos & fifo->mask);
+        cell->hdr.cells = cells;
+        cell->hdr.type = static_cast<impl::MsgType>(type);
+        cell->hdr.length = length;
+        cell->hdr.am_id = kAmId;
+        impl::publish(cell, pos, fifo->salt);
+    };
+    loom::test::LogCapture capture("error");
+    write_garbage(0, 1, 0);     // no cells
+    write_garbage(1, 1, 1000);  // longer than its cells
+    write_garbage(1, 99, 0);    // unknown type
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 77, nullptr, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1; }));
+    std::uint64_t header;
+    std::memcpy(&header, inbox.messages[0].data(), sizeof(header));
+    EXPECT_EQ(77u, header);
+    EXPECT_EQ(1, capture.count("malformed message"));
+}
+
+// --- Addresses from peers --------------------------------------------------------------------------
+
+TEST(ShmAddress, CookieMismatchIsUnreachable) {
+    ShmSide receiver;
+    ShmSide sender;
+    auto address = receiver.address();
+    auto seg = segment_of(receiver, address);
+    seg.cookie ^= 1;  // a reused pid or fd would name another segment
+    set_segment(receiver, address, seg);
+    loom::test::LogCapture capture("error");
+    auto ep = sender.connect(address);
+    ASSERT_FALSE(ep.ok());
+    EXPECT_EQ(Status::unreachable, ep.status());
+    EXPECT_EQ(1, capture.count("cookie mismatch"));
+}
+
+TEST(ShmAddress, ProcessThatDoesNotExistIsUnreachable) {
+    ShmSide receiver;
+    ShmSide sender;
+    auto address = receiver.address();
+    auto seg = segment_of(receiver, address);
+    seg.pid = 0x3ffffff0;  // above any pid_max
+    set_segment(receiver, address, seg);
+    std::string reason;
+    EXPECT_FALSE(reachable(sender, address, &reason));
+    EXPECT_NE(std::string::npos, reason.find("no process")) << reason;
+    loom::test::LogCapture capture("error");
+    auto ep = sender.connect(address);
+    ASSERT_FALSE(ep.ok());
+    EXPECT_EQ(Status::unreachable, ep.status());
+    EXPECT_EQ(1, capture.count("ep_create"));
+}
+
+TEST(ShmAddress, AnotherHostIsUnreachable) {
+    ShmSide receiver;
+    ShmSide sender;
+    auto address = receiver.address();
+    address[1] ^= 0x5a;  // the host id follows the version byte
+    std::string reason;
+    EXPECT_FALSE(reachable(sender, address, &reason));
+    EXPECT_NE(std::string::npos, reason.find("another host")) << reason;
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::unreachable, sender.connect(address).status());
+}
+
+TEST(ShmAddress, ImplausibleSegmentIsInvalid) {
+    ShmSide receiver;
+    ShmSide sender;
+    auto address = receiver.address();
+    auto seg = segment_of(receiver, address);
+    seg.kind = 9;
+    set_segment(receiver, address, seg);
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::invalid_address, sender.connect(address).status());
+    seg.kind = static_cast<std::uint8_t>(impl::SegmentKind::memfd);
+    seg.size = 100;  // smaller than a FIFO can be
+    set_segment(receiver, address, seg);
+    EXPECT_EQ(Status::invalid_address, sender.connect(address).status());
+}
+
+TEST(ShmAddress, ClosedIfaceIsUnreachable) {
+    ShmSide sender;
+    std::vector<std::uint8_t> address;
+    {
+        ShmSide gone;
+        address = gone.address();
+    }
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::unreachable, sender.connect(address).status());
+}
+
+TEST(ShmAddress, PeerWithTooSmallAFifoIsUnreachable) {
+    ShmSide receiver({{"SHM_FIFO_SIZE", "2k"}, {"SHM_MAX_BCOPY", "256"}});
+    ShmSide sender(
+        {{"SHM_MAX_BCOPY", "64k"}, {"SHM_FIFO_SIZE", "1m"}});  // its largest message does not fit there
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::unreachable, sender.connect(receiver.address()).status());
+    EXPECT_EQ(1, capture.count("cannot hold our largest messages"));
+}
+
+// --- Remote keys and access checks ------------------------------------------------------------------
+
+class ShmRkeyTest : public testing::Test {
+protected:
+    void SetUp() override {
+        receiver_ = std::make_unique<ShmSide>();
+        sender_ = std::make_unique<ShmSide>();
+        ep_ = sender_->connect_or_throw(receiver_->address());
+    }
+
+    Rkey unpack(const std::vector<std::uint8_t>& packed) {
+        auto rkey = shm_component().rkey_unpack(packed.data(), packed.size());
+        EXPECT_TRUE(rkey.ok()) << to_string(rkey.status());
+        return rkey.value_or(Rkey{});
+    }
+
+    std::unique_ptr<ShmSide> receiver_;
+    std::unique_ptr<ShmSide> sender_;
+    Ep* ep_ = nullptr;
+};
+
+TEST_F(ShmRkeyTest, AccessesOutsideTheRegionOrRightsAreDenied) {
+    std::vector<std::uint8_t> buffer(4096, 0);
+    Rkey rkey = unpack(receiver_->register_and_pack(buffer.data(), buffer.size(), kAccessRemoteGet));
+    const auto base = reinterpret_cast<std::uint64_t>(buffer.data());
+    std::uint8_t data[16] = {1, 2, 3};
+    std::uint64_t word = 0;
+    loom::test::LogCapture capture("error");
+    // No put right.
+    EXPECT_EQ(Status::access_denied, ep_put_short(ep_, data, 8, base, rkey.rkey));
+    // Gets: inside is fine; across the end, before the start or wrapping around are not.
+    std::vector<std::uint8_t> local(16);
+    Iov iov{local.data(), 16, kMemHNull};
+    TestCompletion comp;
+    EXPECT_EQ(Status::ok, ep_get_zcopy(ep_, &iov, 1, base + 4080, rkey.rkey, &comp));
+    EXPECT_EQ(Status::access_denied, ep_get_zcopy(ep_, &iov, 1, base + 4081, rkey.rkey, &comp));
+    EXPECT_EQ(Status::access_denied, ep_get_zcopy(ep_, &iov, 1, base - 8, rkey.rkey, &comp));
+    Iov huge{local.data(), SIZE_MAX - 8, kMemHNull};
+    EXPECT_EQ(Status::access_denied, ep_get_zcopy(ep_, &huge, 1, base + 16, rkey.rkey, &comp));
+    // No atomic right.
+    EXPECT_EQ(Status::access_denied, ep_atomic64_fetch(ep_, AtomicOp::add, 1, &word, base, rkey.rkey, &comp));
+    EXPECT_EQ(0, comp.fired);
+    EXPECT_EQ(5, capture.count("outside the remote key's region"));
+    shm_component().rkey_release(rkey);
+}
+
+TEST_F(ShmRkeyTest, MalformedKeysAreRejected) {
+    std::vector<std::uint8_t> buffer(64);
+    auto packed = receiver_->register_and_pack(buffer.data(), buffer.size(), kAccessAll);
+    loom::test::LogCapture capture("error");
+    auto bad = packed;
+    bad[0] ^= 0xff;  // version
+    EXPECT_EQ(Status::invalid_param, shm_component().rkey_unpack(bad.data(), bad.size()).status());
+    bad = packed;
+    bad[1] = 9;  // kind
+    EXPECT_EQ(Status::invalid_param, shm_component().rkey_unpack(bad.data(), bad.size()).status());
+    bad = packed;
+    bad[2] = 0xff;  // access bits beyond kAccessAll
+    EXPECT_EQ(Status::invalid_param, shm_component().rkey_unpack(bad.data(), bad.size()).status());
+    bad = packed;
+    std::memset(bad.data() + 24, 0xff, 8);  // length: the region wraps around the address space
+    EXPECT_EQ(Status::invalid_param, shm_component().rkey_unpack(bad.data(), bad.size()).status());
+    EXPECT_EQ(Status::invalid_param, shm_component().rkey_unpack(nullptr, 0).status());
+    EXPECT_EQ(5, capture.count("rkey_unpack"));
+}
+
+TEST_F(ShmRkeyTest, HandlesAreChecked) {
+    Md& md = receiver_->md();
+    std::vector<std::uint8_t> buffer(64);
+    auto reg = md.mem_reg(buffer.data(), buffer.size(), kAccessAll);
+    ASSERT_TRUE(reg.ok());
+    auto alloc = md.mem_alloc(100, kAccessAll);
+    ASSERT_TRUE(alloc.ok());
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::invalid_param, md.mem_free(*reg));            // not an allocation
+    EXPECT_EQ(Status::invalid_param, md.mem_dereg(alloc->second));  // not a registration
+    EXPECT_EQ(Status::invalid_param, md.mem_dereg(nullptr));
+    EXPECT_EQ(Status::invalid_param, sender_->md().mem_dereg(*reg));  // another md's handle
+    EXPECT_EQ(Status::ok, md.mem_dereg(*reg));
+    EXPECT_EQ(Status::invalid_param, md.mem_dereg(*reg));  // twice
+    std::vector<std::uint8_t> packed(receiver_->md_attr().rkey_packed_size);
+    EXPECT_EQ(Status::invalid_param, md.mkey_pack(*reg, packed.data()));
+    EXPECT_EQ(Status::ok, md.mem_free(alloc->second));
+    EXPECT_EQ(Status::invalid_param, md.mem_reg(nullptr, 10, kAccessAll).status());
+    EXPECT_EQ(Status::invalid_param, md.mem_alloc(0, kAccessAll).status());
+}
+
+TEST_F(ShmRkeyTest, MemAllocMemoryWorksForEveryOperation) {
+    auto alloc = receiver_->md().mem_alloc(8192, kAccessAll);
+    ASSERT_TRUE(alloc.ok());
+    auto* memory = static_cast<std::uint8_t*>(alloc->first);
+    EXPECT_EQ(0u, reinterpret_cast<std::uintptr_t>(memory) % 4096);
+    Rkey rkey = unpack(receiver_->pack(alloc->second));
+    const auto base = reinterpret_cast<std::uint64_t>(memory);
+    auto data = pattern(3000, 1);
+    Iov iov{data.data(), data.size(), kMemHNull};
+    TestCompletion comp;
+    ASSERT_EQ(Status::ok, ep_put_zcopy(ep_, &iov, 1, base + 100, rkey.rkey, &comp));
+    EXPECT_EQ(0, std::memcmp(memory + 100, data.data(), data.size()));
+    std::vector<std::uint8_t> back(3000);
+    Iov out{back.data(), back.size(), kMemHNull};
+    ASSERT_EQ(Status::ok, ep_get_zcopy(ep_, &out, 1, base + 100, rkey.rkey, &comp));
+    EXPECT_EQ(data, back);
+    std::uint64_t old = 0;
+    ASSERT_EQ(Status::ok, ep_atomic64_fetch(ep_, AtomicOp::add, 5, &old, base + 8000, rkey.rkey, &comp));
+    std::uint32_t old32 = 0;
+    ASSERT_EQ(Status::ok, ep_atomic32_cswap(ep_, 0, 9, base + 8016, rkey.rkey, &old32, &comp));
+    EXPECT_EQ(5u, *reinterpret_cast<std::uint64_t*>(memory + 8000));
+    EXPECT_EQ(9u, *reinterpret_cast<std::uint32_t*>(memory + 8016));
+    // The region ends at the length asked for, not at the page.
+    loom::test::LogCapture capture("error");
+    EXPECT_EQ(Status::access_denied, ep_put_short(ep_, data.data(), 8, base + 8190, rkey.rkey));
+    EXPECT_EQ(1, capture.count("outside the remote key's region"));
+    shm_component().rkey_release(rkey);
+    EXPECT_EQ(Status::ok, receiver_->md().mem_free(alloc->second));
+}
+
+// --- Segments in /dev/shm ---------------------------------------------------------------------------
+
+TEST(ShmSegments, MemfdSegmentsNeverAppearInDevShm) {
+    auto before = loom_shm_names();
+    {
+        loom::test::ScopedEnv env("LOOM_SHM_SEGMENT", "memfd");
+        ShmSide a;
+        ShmSide b;
+        auto alloc = a.md().mem_alloc(4096, kAccessAll);
+        ASSERT_TRUE(alloc.ok());
+        EXPECT_EQ(before, loom_shm_names());
+        EXPECT_EQ(Status::ok, a.md().mem_free(alloc->second));
+    }
+    EXPECT_EQ(before, loom_shm_names());
+}
+
+TEST(ShmSegments, PosixNamesLiveWhileTheirOwnerUsesThem) {
+    auto before = loom_shm_names();
+    loom::test::ScopedEnv env("LOOM_SHM_SEGMENT", "posix");  // the md's mem_alloc reads the environment
+    auto posix = std::make_unique<ShmSide>();
+    ShmSide memfd({{"SHM_SEGMENT", "memfd"}});
+    auto during = loom_shm_names();
+    ASSERT_EQ(before.size() + 1, during.size()) << "the FIFO of the posix iface has a name";
+    auto alloc = posix->md().mem_alloc(4096, kAccessAll);
+    ASSERT_TRUE(alloc.ok());
+    EXPECT_EQ(before.size() + 2, loom_shm_names().size());
+    // Names are mode 0600 and follow /loom-<uid>-<pid>-<start>-<cookie>.
+    const impl::ProcessIdentity self = impl::this_process();
+    for (const std::string& name : loom_shm_names()) {
+        if (std::find(before.begin(), before.end(), name) != before.end()) continue;
+        const std::string prefix = "loom-" + std::to_string(::geteuid()) + "-" + std::to_string(self.pid) +
+                                   "-" + std::to_string(self.start_time) + "-";
+        EXPECT_EQ(0u, name.rfind(prefix, 0)) << name;
+        struct stat st;
+        ASSERT_EQ(0, ::stat(("/dev/shm/" + name).c_str(), &st));
+        EXPECT_EQ(0600u, st.st_mode & 0777) << name;
+    }
+    // Both kinds talk to each other.
+    Inbox inbox_posix, inbox_memfd;
+    ASSERT_EQ(Status::ok, posix->iface().set_am_handler(kAmId, Inbox::handler, &inbox_posix, 0));
+    ASSERT_EQ(Status::ok, memfd.iface().set_am_handler(kAmId, Inbox::handler, &inbox_memfd, 0));
+    Ep* to_memfd = posix->connect_or_throw(memfd.address());
+    Ep* to_posix = memfd.connect_or_throw(posix->address());
+    ASSERT_EQ(Status::ok, ep_am_short(to_memfd, kAmId, 1, nullptr, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(to_posix, kAmId, 2, nullptr, 0));
+    ASSERT_TRUE(memfd.progress_until([&] { return inbox_memfd.messages.size() == 1; }));
+    ASSERT_TRUE(posix->progress_until([&] { return inbox_posix.messages.size() == 1; }));
+    EXPECT_EQ(Status::ok, posix->md().mem_free(alloc->second));
+    EXPECT_EQ(during, loom_shm_names()) << "mem_free removes the allocation's name";
+    memfd.destroy(to_posix);
+    posix.reset();
+    EXPECT_EQ(before, loom_shm_names()) << "closing the iface removes the FIFO's name";
+}
+
+TEST(ShmSegments, SweepRemovesOnlyNamesOfDeadOwners) {
+    const impl::ProcessIdentity self = impl::this_process();
+    ASSERT_NE(0u, self.start_time);
+    const auto uid = static_cast<std::uint32_t>(::geteuid());
+    auto make = [](const std::string& name) {
+        int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        EXPECT_GE(fd, 0) << name;
+        if (fd >= 0) ::close(fd);
+    };
+    auto name_of = [](std::uint32_t u, std::uint32_t pid, std::uint64_t start, std::uint64_t cookie) {
+        impl::SegmentId id{};
+        id.uid = u;
+        id.pid = pid;
+        id.start_time = start;
+        id.cookie = cookie;
+        return impl::posix_segment_name(id);
+    };
+    const std::string alive = name_of(uid, self.pid, self.start_time, 0x1111);
+    const std::string reused_pid = name_of(uid, self.pid, self.start_time + 1, 0x2222);  // an older process
+    const std::string no_process = name_of(uid, 0x3ffffff0, 5, 0x3333);
+    const std::string other_user = name_of(uid + 4242, 0x3ffffff0, 5, 0x4444);
+    const std::string not_ours = "/loom-something-else";
+    for (const auto& name : {alive, reused_pid, no_process, other_user, not_ours}) make(name);
+    EXPECT_GE(impl::sweep_stale_segments(), 2u);  // more if a crashed run left names behind
+    auto exists = [](const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; };
+    EXPECT_TRUE(exists(alive));
+    EXPECT_FALSE(exists(reused_pid));
+    EXPECT_FALSE(exists(no_process));
+    EXPECT_TRUE(exists(other_user));
+    EXPECT_TRUE(exists(not_ours));
+    for (const auto& name : {alive, other_user, not_ours}) ::shm_unlink(name.c_str());
+}
+
+// --- A peer iface that closes -------------------------------------------------------------------------
+
+struct ErrorRecord {
+    int calls = 0;
+    Ep* ep = nullptr;
+    Status status = Status::ok;
+
+    static void on_error(void* arg, Ep* ep, Status status) {
+        auto* self = static_cast<ErrorRecord*>(arg);
+        ++self->calls;
+        self->ep = ep;
+        self->status = status;
+    }
+};
+
+TEST(ShmFailure, ClosedPeerIfaceFailsItsEndpoints) {
+    ShmSide sender({{"SHM_PEER_CHECK_INTERVAL", "1ms"}});
+    auto receiver = std::make_unique<ShmSide>();
+    ErrorRecord error;
+    auto ep = sender.connect(receiver->address(), ErrorRecord::on_error, &error);
+    ASSERT_TRUE(ep.ok());
+    ASSERT_EQ(Status::ok, ep_am_short(*ep, kAmId, 1, nullptr, 0));
+    loom::test::LogCapture capture("error");
+    receiver.reset();
+    ASSERT_TRUE(sender.progress_until([&] { return error.calls > 0; }, std::chrono::seconds(10)));
+    EXPECT_EQ(1, error.calls);
+    EXPECT_EQ(*ep, error.ep);
+    EXPECT_EQ(Status::connection_reset, error.status);
+    EXPECT_EQ(1, capture.count("closed its interface"));
+    // The endpoint is failed for good; nothing crashes or spins.
+    EXPECT_EQ(Status::connection_reset, ep_am_short(*ep, kAmId, 2, nullptr, 0));
+    std::vector<std::uint8_t> payload(10);
+    EXPECT_EQ(static_cast<ssize_t>(Status::connection_reset),
+              ep_am_bcopy(*ep, kAmId, pack_vector, &payload, 0));
+    EXPECT_EQ(Status::connection_reset, flush_ep(sender, *ep));
+    for (int i = 0; i < 100; ++i) sender.progress();
+    EXPECT_EQ(1, error.calls);
+}
+
+}  // namespace
+}  // namespace loom::uct::shmtest
