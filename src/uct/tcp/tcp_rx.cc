@@ -33,20 +33,21 @@ namespace {
 
 constexpr unsigned kMaxReadsPerEvent = 4;
 
-const char* frame_name(FrameType type) {
+/** The operation a request frame, or the reply to it, belongs to. */
+const char* op_name(FrameType type) {
     switch (type) {
-    case FrameType::am: return "am";
-    case FrameType::put: return "put";
-    case FrameType::get_req: return "get";
-    case FrameType::atomic_req: return "atomic";
-    case FrameType::flush_req: return "flush";
-    case FrameType::put_ack: return "put ack";
-    case FrameType::get_rep: return "get reply";
-    case FrameType::atomic_rep: return "atomic reply";
-    case FrameType::flush_ack: return "flush ack";
-    case FrameType::nack: return "nack";
+    case FrameType::am: return "active message";
+    case FrameType::put:
+    case FrameType::put_ack: return "put";
+    case FrameType::get_req:
+    case FrameType::get_rep: return "get";
+    case FrameType::atomic_req:
+    case FrameType::atomic_rep: return "atomic";
+    case FrameType::flush_req:
+    case FrameType::flush_ack: return "flush";
+    case FrameType::nack: return "posted operation";
     }
-    return "unknown";
+    return "unknown operation";
 }
 
 template <typename T>
@@ -269,7 +270,7 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
             log_denied(ep, "atomic", at.rma.key_id, at.rma.remote_addr, size, why);
         }
         if (fh.flags & kFlagFetch) {
-            return send_reply(ep, FrameType::atomic_rep, status, 0, &old, sizeof(old), true);
+            return send_reply(ep, FrameType::atomic_rep, status, 0, &old, status == Status::ok ? sizeof(old) : 0, true);
         }
         if (status != Status::ok) {
             return send_reply(ep, FrameType::nack, status, static_cast<std::uint8_t>(FrameType::atomic_req), nullptr,
@@ -310,7 +311,7 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
         }
         *consumed = sizeof(FrameHeader);
         LOOM_LOG_WARN("tcp/{}: {} refused a posted {}: {}", device_.name, peer_name(ep),
-                      frame_name(static_cast<FrameType>(fh.flags)), to_string(status));
+                      op_name(static_cast<FrameType>(fh.flags)), to_string(status));
         if (ep->cold->sticky == Status::ok) ep->cold->sticky = is_error(status) ? status : Status::io_error;
         return true;
     }
@@ -340,7 +341,7 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
         return false;
     }
     if (status != Status::ok) {
-        LOOM_LOG_WARN("tcp/{}: {} refused a {}: {}", device_.name, peer_name(ep), frame_name(fh.type),
+        LOOM_LOG_WARN("tcp/{}: {} refused a {}: {}", device_.name, peer_name(ep), op_name(fh.type),
                       to_string(status));
     }
     switch (expected) {
