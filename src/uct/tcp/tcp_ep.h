@@ -1,13 +1,24 @@
 /**
  * tcp endpoints and connections.
  *
- * One TcpEp object is one TCP connection. An endpoint the user creates (connect-to-
- * iface) is the *active* side: it sends active messages and RMA requests and receives
- * the replies. The iface that accepts the connection represents its side with an
- * internal *passive* TcpEp that executes the requests (delivers messages, reads and
- * writes its registered memory) and writes the replies back on the same socket. Replies
- * therefore arrive in request order, so the initiator matches them against a FIFO of
+ * One TcpEp object is one TCP connection, and every connection carries traffic both
+ * ways: the requests and active messages of the side that owns it as an endpoint, and
+ * the replies to them; and, when the peer uses the same connection for its own
+ * endpoint, the peer's requests and the answers to those. Frames say which they are.
+ * Replies come back in request order, so the initiator matches them against a FIFO of
  * outstanding requests without request ids.
+ *
+ * An endpoint the user creates connects to the peer iface (the *active* side). The
+ * iface that accepts a connection represents it with an internal *passive* TcpEp. To
+ * keep one socket per pair of ifaces (so that TCP acknowledgements ride on the data of
+ * the other direction instead of costing a packet each), a passive connection is
+ * adopted as the endpoint when the user later creates an endpoint to the iface that
+ * connected; and when both sides connect at the same time, the side with the higher
+ * iface cookie takes over the connection of the lower one and closes its own, while
+ * the lower side holds its answer to the higher side's handshake until its own
+ * connection is up (so the race has one outcome). A second endpoint to the same peer
+ * gets a connection of its own. Destroying an endpoint closes its connection; a peer
+ * endpoint sharing it fails with connection_reset.
  *
  * Connection states (both sides):
  *
@@ -67,12 +78,12 @@ enum class ConnState : std::uint8_t {
 
 /** TcpEp::flags bits. */
 enum EpFlags : std::uint8_t {
-    kEpPassive = 1u << 0,      ///< accepted by the iface, not a user endpoint
+    kEpPassive = 1u << 0,      ///< accepted by the iface and not (yet) adopted as a user endpoint
     kEpDirty = 1u << 1,        ///< posted puts/atomics since the last remote flush
     kEpDestroyed = 1u << 3,    ///< destroyed during progress: freed at its end
     kEpFailPending = 1u << 4,  ///< failed; teardown and on_error at the end of progress
     kEpTimed = 1u << 5,        ///< counted in the iface's connecting (timeout-checked) set
-    kEpRxBlocked = 1u << 6,    ///< passive: parsing waits for tx to drain (a reply is due)
+    kEpDeferred = 1u << 6,     ///< passive, handshake: the answer waits for our own connection to the peer
 };
 
 /**
@@ -106,6 +117,15 @@ struct ReqDesc {
         void* result;      ///< atomic
     };
     iovec iov[kMaxIov];    ///< get_zcopy destinations
+};
+
+/** A reply waiting for the connection's tx: small, its data inline or in registered memory (get). */
+struct ReplyDesc {
+    ucs::QueueLink link;
+    FrameHeader header;
+    std::uint64_t value;  ///< inline data (atomic reply)
+    const void* data;     ///< get reply: the target's memory; else &value or nullptr
+    std::size_t length;
 };
 
 /** Receive side of a connection: a buffer of whole frames, or a payload streamed to its destination. */

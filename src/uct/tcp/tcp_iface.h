@@ -29,6 +29,7 @@ struct EpCold {
     Status sticky = Status::ok;    ///< first rejected posted operation since the last remote flush
     ucs::Ticks deadline = 0;       ///< connecting/handshake: give up after this
     ucs::Ticks retry_at = 0;       ///< connecting with fd == -1: reconnect at this time
+    ucs::Queue<ReplyDesc, &ReplyDesc::link> replies;  ///< replies waiting for tx, in order
 };
 
 class TcpIface final : public Iface {
@@ -87,8 +88,8 @@ public:
     /** Reads and handles what arrived on @p ep. */
     void rx_progress(TcpEp* ep);
 
-    /** Resumes parsing frames of a passive connection whose tx drained. */
-    void rx_resume(TcpEp* ep);
+    /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
+    std::size_t num_connections() const { return conns_.length(); }
 
     /** Registers the epoll events @p ep needs in its state (a system call only when they change). */
     void update_poll(TcpEp* ep);
@@ -135,6 +136,13 @@ private:
     void on_conn_request(TcpEp* ep);
     void on_conn_reply(TcpEp* ep);
     void connection_up(TcpEp* ep);
+    TcpEp* find_conn(std::uint64_t peer_cookie, bool passive, bool connected) const;
+    void adopt(TcpEp* user, TcpEp* accepted);
+    void release_deferred(std::uint64_t peer_cookie);
+    bool send_conn_reply(TcpEp* ep, Status verdict, std::uint64_t source_cookie);
+    void write_replies(TcpEp* ep);
+    LOOM_COLD bool queue_reply(TcpEp* ep, const FrameHeader& fh, const void* data, std::size_t length,
+                               bool copy_data);
     unsigned progress_slow();
     void check_timers(ucs::Ticks now);
     unsigned process_failures();
@@ -171,6 +179,7 @@ private:
     ucs::MemPool tx_pool_;
     ucs::MemPool req_pool_;
     ucs::MemPool rx_pool_;
+    ucs::MemPool reply_pool_;
     ucs::List<TcpEp, &TcpEp::conn_link> conns_;
     ucs::List<TcpEp, &TcpEp::conn_link> zombies_;
     ucs::List<TcpEp, &TcpEp::pending_link> pending_eps_;

@@ -14,10 +14,12 @@
  * md's key table (TcpMd::check_access); a refused one touches no memory, is logged once
  * here and answered with access_denied (in the reply, or a nack for posted operations).
  *
- * A passive connection answers requests on its own socket. While a reply is still
- * being written (tx busy), parsing stops before the next request and EPOLLIN is
- * dropped (kEpRxBlocked): the peer's requests queue up in the socket instead of
- * replies piling up here, and parsing resumes when tx drains.
+ * Requests are answered on the connection they came in on. A reply that finds the
+ * connection's tx busy (a frame of the local endpoint, or an earlier reply, still being
+ * written) waits in the connection's reply queue and goes out before the endpoint may
+ * send again. Reading never stops for it: when both sides of a shared connection are
+ * writing large frames at once, each keeps reading what the other writes, so neither
+ * can block the other.
  */
 #include "uct/tcp/tcp_iface.h"
 #include "uct/tcp/tcp_log.h"
@@ -96,16 +98,11 @@ void TcpIface::rx_progress(TcpEp* ep) {
     }
 }
 
-void TcpIface::rx_resume(TcpEp* ep) {
-    if (ep->rx->mode == kRxFrames) (void)parse_frames(ep);
-}
-
 bool TcpIface::parse_frames(TcpEp* ep) {
     RxState* rx = ep->rx;
     std::uint8_t* buf = rx->data;
     std::size_t length = rx->length;
     std::size_t offset = 0;
-    const bool passive = (ep->flags & kEpPassive) != 0;
     bool more = true;
     while (length - offset >= sizeof(FrameHeader)) {
         FrameHeader fh;
@@ -117,9 +114,8 @@ bool TcpIface::parse_frames(TcpEp* ep) {
         std::uint8_t* payload = buf + offset + sizeof(fh);
         std::size_t avail = length - offset - sizeof(fh);
         if (LOOM_LIKELY(fh.type == FrameType::am)) {
-            if (LOOM_UNLIKELY(!passive || fh.length > seg_size_ - sizeof(FrameHeader))) {
-                malformed(ep, passive ? "active message longer than the segment size" : "active message on a reply stream",
-                          fh.length);
+            if (LOOM_UNLIKELY(fh.length > seg_size_ - sizeof(FrameHeader))) {
+                malformed(ep, "active message longer than the segment size", fh.length);
                 return false;
             }
             if (avail < fh.length) break;
@@ -128,8 +124,9 @@ bool TcpIface::parse_frames(TcpEp* ep) {
             continue;
         }
         std::size_t consumed = 0;
-        more = passive ? handle_request(ep, fh, payload, avail, &consumed)
-                       : handle_reply(ep, fh, payload, avail, &consumed);
+        more = static_cast<std::uint8_t>(fh.type) < static_cast<std::uint8_t>(FrameType::put_ack)
+                   ? handle_request(ep, fh, payload, avail, &consumed)
+                   : handle_reply(ep, fh, payload, avail, &consumed);
         offset += consumed;
         if (!more || consumed == 0) break;
     }
@@ -144,6 +141,7 @@ bool TcpIface::parse_frames(TcpEp* ep) {
 bool TcpIface::send_reply(TcpEp* ep, FrameType type, Status status, std::uint8_t flags, const void* data,
                           std::size_t length, bool copy_data) {
     FrameHeader fh{kFrameMagic, type, status_to_wire(status), flags, static_cast<std::uint32_t>(length)};
+    if (LOOM_UNLIKELY(ep->tx != nullptr)) return queue_reply(ep, fh, data, length, copy_data);
     iovec iov[2] = {{&fh, sizeof(fh)}, {const_cast<void*>(data), length}};
     std::size_t iovcnt = length ? 2 : 1;
     msghdr msg{};
@@ -171,12 +169,6 @@ void TcpIface::malformed(TcpEp* ep, const char* what, unsigned value) {
 
 bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
                               std::size_t* consumed) {
-    if (ep->tx != nullptr) {
-        // A reply is still being written: take no request that may need another one.
-        ep->flags |= kEpRxBlocked;
-        update_poll(ep);
-        return false;
-    }
     switch (fh.type) {
     case FrameType::put: {
         if (LOOM_UNLIKELY(fh.length < sizeof(RmaHeader) || fh.length > kMaxRmaFrame + sizeof(RmaHeader))) {
@@ -287,7 +279,7 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         // Every earlier request of this connection was executed: answer at once.
         return send_reply(ep, FrameType::flush_ack, Status::ok, 0, nullptr, 0, false);
     default:
-        malformed(ep, "unexpected frame type on a request stream", static_cast<unsigned>(fh.type));
+        malformed(ep, "unknown frame type", static_cast<unsigned>(fh.type));
         return false;
     }
 }
@@ -324,7 +316,7 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
         break;
     case FrameType::atomic_rep: expected = ReqKind::atomic; break;
     case FrameType::flush_ack: expected = ReqKind::flush_remote; break;
-    default: malformed(ep, "unexpected frame type on a reply stream", static_cast<unsigned>(fh.type)); return false;
+    default: malformed(ep, "unknown frame type", static_cast<unsigned>(fh.type)); return false;
     }
     if (LOOM_UNLIKELY(req == nullptr || req->kind != expected)) {
         malformed(ep, "reply without a matching request", static_cast<unsigned>(fh.type));
@@ -445,7 +437,7 @@ bool TcpIface::rx_direct(TcpEp* ep) {
         }
     }
     finish_direct(ep);
-    return ep->state == ConnState::connected && rx->mode == kRxFrames && !(ep->flags & kEpRxBlocked);
+    return ep->state == ConnState::connected && rx->mode == kRxFrames;
 }
 
 void TcpIface::finish_direct(TcpEp* ep) {
@@ -458,7 +450,7 @@ void TcpIface::finish_direct(TcpEp* ep) {
         complete_markers(ep);
         return;
     }
-    // A put: its answer (tx is free: nothing else was taken from this connection meanwhile).
+    // A put: its answer.
     if (rx->ack) {
         (void)send_reply(ep, FrameType::put_ack, status, 0, nullptr, 0, false);
     } else if (status != Status::ok) {

@@ -6,6 +6,8 @@
  */
 #include "test_uct_tcp_common.h"
 
+#include "uct/tcp/tcp_iface.h"
+
 #include "common/test_helpers.h"
 
 #include <netinet/tcp.h>
@@ -181,8 +183,9 @@ TEST_F(TcpTest, MalformedFramesCloseTheConnectionWithOneLogLine) {
     std::vector<Case> cases = {
         {"bad magic", {0x11, tcp::FrameType::am, kAmId, 0, 0}, "bad frame magic"},
         {"am too long", {tcp::kFrameMagic, tcp::FrameType::am, kAmId, 0, 1u << 30}, "longer than the segment size"},
-        {"unknown type", {tcp::kFrameMagic, static_cast<tcp::FrameType>(99), 0, 0, 0}, "unexpected frame type"},
-        {"reply on a request stream", {tcp::kFrameMagic, tcp::FrameType::put_ack, 0, 0, 0}, "unexpected frame type"},
+        {"unknown request type", {tcp::kFrameMagic, static_cast<tcp::FrameType>(9), 0, 0, 0}, "unknown frame type"},
+        {"unknown reply type", {tcp::kFrameMagic, static_cast<tcp::FrameType>(99), 0, 0, 0}, "unknown frame type"},
+        {"unsolicited reply", {tcp::kFrameMagic, tcp::FrameType::put_ack, 0, 0, 0}, "without a matching request"},
         {"put too long", {tcp::kFrameMagic, tcp::FrameType::put, 0, 0, 0xffffffffu}, "put frame length"},
         {"short get", {tcp::kFrameMagic, tcp::FrameType::get_req, 0, 0, 3}, "get request length"},
         {"bad atomic op", {tcp::kFrameMagic, tcp::FrameType::atomic_req, 17, 0, sizeof(tcp::AtomicHeader)},
@@ -278,9 +281,9 @@ TEST_F(TcpTest, MalformedReplyFailsTheEndpoint) {
     };
     std::vector<Case> cases = {
         {"reply without request", frame(tcp::FrameType::get_rep, 0, 0), "without a matching request"},
-        {"am on a reply stream", frame(tcp::FrameType::am, kAmId, 0), "reply stream"},
+        {"nack with a payload", frame(tcp::FrameType::nack, 0, 4), "nack length"},
         {"bad magic", std::vector<std::uint8_t>(8, 0x77), "bad frame magic"},
-        {"request on a reply stream", frame(tcp::FrameType::flush_req, 0, 0), "unexpected frame type"},
+        {"unknown type", frame(static_cast<tcp::FrameType>(200), 0, 0), "unknown frame type"},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.name);
@@ -563,6 +566,81 @@ TEST_F(TcpTest, EndpointCanBeDestroyedFromInsideAHandler) {
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 0, nullptr, 0));
     ASSERT_TRUE(wait_for([&] { return ctx.calls == 1; }));
     for (int i = 0; i < 100; ++i) progress();
+}
+
+std::size_t connections(Entity& entity) {
+    auto* iface = dynamic_cast<tcp::TcpIface*>(&entity.iface());
+    return iface != nullptr ? iface->num_connections() : 0;
+}
+
+/** Both endpoints of a pair of ifaces, created in either order or at once, share one connection. */
+TEST_F(TcpTest, EndpointPairSharesOneConnection) {
+    for (int order = 0; order < 3; ++order) {
+        SCOPED_TRACE(order == 0 ? "at once" : order == 1 ? "sender first" : "receiver first");
+        Entity a(lo_), b(lo_);
+        Received at_a, at_b;
+        ASSERT_EQ(Status::ok, a.iface().set_am_handler(kAmId, Received::handler, &at_a, 0));
+        ASSERT_EQ(Status::ok, b.iface().set_am_handler(kAmId, Received::handler, &at_b, 0));
+        auto spin_ab = [&](int n) {
+            for (int i = 0; i < n; ++i) {
+                a.worker().progress();
+                b.worker().progress();
+            }
+        };
+        Ep* ab = nullptr;
+        Ep* ba = nullptr;
+        if (order == 0) {
+            ab = a.connect_to(b);
+            ba = b.connect_to(a);
+        } else {
+            Entity& first = order == 1 ? a : b;
+            Entity& second = order == 1 ? b : a;
+            Ep* e = first.connect_to(second);
+            ASSERT_EQ(Status::ok, ep_am_short(e, kAmId, 0, nullptr, 0));  // staged
+            spin_ab(2000);
+            Ep* f = second.connect_to(first);
+            ab = order == 1 ? e : f;
+            ba = order == 1 ? f : e;
+        }
+        for (std::uint64_t i = 1; i <= 3; ++i) {
+            ASSERT_EQ(Status::ok, ep_am_short(ab, kAmId, i, nullptr, 0));
+            ASSERT_EQ(Status::ok, ep_am_short(ba, kAmId, i, nullptr, 0));
+        }
+        std::size_t expect_a = order == 2 ? 4 : 3, expect_b = order == 1 ? 4 : 3;
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while ((at_a.messages.size() < expect_a || at_b.messages.size() < expect_b) &&
+               std::chrono::steady_clock::now() < deadline) {
+            spin_ab(1);
+        }
+        spin_ab(200);  // the connection given up is closed and forgotten
+        EXPECT_EQ(expect_a, at_a.messages.size());
+        EXPECT_EQ(expect_b, at_b.messages.size());
+        EXPECT_EQ(1u, connections(a));
+        EXPECT_EQ(1u, connections(b));
+        // Order is kept across the switch from staged to shared.
+        for (std::size_t i = 0; i + 1 < at_b.messages.size(); ++i) {
+            std::uint64_t x, y;
+            std::memcpy(&x, at_b.messages[i].data(), 8);
+            std::memcpy(&y, at_b.messages[i + 1].data(), 8);
+            EXPECT_LT(x, y);
+        }
+    }
+}
+
+TEST_F(TcpTest, SecondEndpointToTheSamePeerGetsItsOwnConnection) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* one = sender_->connect_to(*receiver_);
+    Ep* two = sender_->connect_to(*receiver_);
+    Ep* back = receiver_->connect_to(*sender_);
+    ASSERT_EQ(Status::ok, ep_am_short(one, kAmId, 1, nullptr, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(two, kAmId, 2, nullptr, 0));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 2; }));
+    std::uint64_t v = 0;
+    ASSERT_TRUE(wait_for([&] { return ep_am_short(back, kAmId + 1, v, nullptr, 0) == Status::ok; }));
+    spin(200);
+    EXPECT_EQ(2u, connections(*sender_));
+    EXPECT_EQ(2u, connections(*receiver_));
 }
 
 }  // namespace
