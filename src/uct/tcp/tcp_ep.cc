@@ -115,7 +115,7 @@ LOOM_ALWAYS_INLINE Status send_with_payload(TcpEp* ep, const Headers& hdr, const
     if (LOOM_LIKELY(length <= kSmallFrame && ep->state == ConnState::connected)) {
         alignas(8) std::uint8_t buf[sizeof(Headers) + kSmallFrame];
         std::memcpy(buf, &hdr, sizeof(hdr));
-        std::memcpy(buf + sizeof(hdr), payload, length);
+        if (length > 0) std::memcpy(buf + sizeof(hdr), payload, length);  // payload may be null when empty
         std::size_t total = sizeof(hdr) + length;
         ssize_t n = ::send(ep->fd, buf, total, kSendFlags);
         if (LOOM_LIKELY(static_cast<std::size_t>(n) == total)) return Status::ok;

@@ -738,7 +738,8 @@ unsigned TcpIface::progress() {
             }
         }
         --defer_free_;
-    } else if (LOOM_UNLIKELY(ready < 0 && errno != EINTR)) {
+    } else if (LOOM_UNLIKELY(ready < 0 && errno != EINTR) && !epoll_failed_) {
+        epoll_failed_ = true;  // logged once: progress would repeat it at every call
         LOOM_LOG_ERROR("tcp/{}: epoll_wait failed: {}", device_.name, std::strerror(errno));
     }
     if (LOOM_UNLIKELY((nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty())) {
@@ -923,6 +924,7 @@ Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::siz
     }
     std::uint8_t* out = desc->data + used;
     for (std::size_t i = 0; i < iovcnt; ++i) {
+        if (iov[i].iov_len == 0) continue;  // an empty piece may have a null base
         std::memcpy(out, iov[i].iov_base, iov[i].iov_len);
         out += iov[i].iov_len;
     }
@@ -988,10 +990,8 @@ void TcpIface::teardown(TcpEp* ep, Status status) {
     ep->poll = 0;
     ep->flags &= ~(kEpDirty | kEpDeferred);
     while (ReplyDesc* reply = ep->cold->replies.pop_front()) reply_pool_.put(reply);
-    if (ep->rx != nullptr) {
-        rx_pool_.put(ep->rx);
-        ep->rx = nullptr;
-    }
+    // The receive buffer stays until the endpoint is freed: a handler running on it may
+    // have destroyed the endpoint, and the parser returns to the buffer afterwards.
     TxDesc* tx = ep->tx;
     ep->tx = nullptr;
     if (tx != nullptr) {
@@ -1030,9 +1030,11 @@ void TcpIface::ep_destroy(Ep* base) {
     }
     ++defer_free_;
     teardown(ep, Status::canceled);
-    --defer_free_;
     ep->pending.clear();
     ucs::List<TcpEp, &TcpEp::conn_link>::remove(*ep);
+    // A handshake held for this endpoint's connection must not wait for it any more.
+    if (!(ep->flags & kEpPassive)) release_deferred(ep->cold->peer_cookie);
+    --defer_free_;
     if (defer_free_ > 0) {
         zombies_.push_back(*ep);
     } else {
@@ -1041,6 +1043,7 @@ void TcpIface::ep_destroy(Ep* base) {
 }
 
 void TcpIface::free_ep(TcpEp* ep) {
+    if (ep->rx != nullptr) rx_pool_.put(ep->rx);
     delete ep->cold;
     delete ep;
 }

@@ -186,6 +186,7 @@ private:
     unsigned nfailing_ = 0;    ///< connections with kEpFailPending
     unsigned ntimed_ = 0;      ///< connections with kEpTimed
     unsigned defer_free_ = 0;  ///< > 0 while callbacks run: destroyed eps become zombies
+    bool epoll_failed_ = false;
     ucs::Ticks conn_timeout_ticks_ = 0;
     ucs::Ticks retry_interval_ticks_ = 0;
 };

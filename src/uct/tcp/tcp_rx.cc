@@ -121,6 +121,7 @@ bool TcpIface::parse_frames(TcpEp* ep) {
             if (avail < fh.length) break;
             (void)invoke_am(fh.arg, payload, fh.length, 0);
             offset += sizeof(fh) + fh.length;
+            if (LOOM_UNLIKELY(ep->state != ConnState::connected)) return false;  // the handler destroyed it
             continue;
         }
         std::size_t consumed = 0;
@@ -185,7 +186,7 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         RxState* rx = ep->rx;
         if (LOOM_LIKELY(md_->check_access(rma.key_id, rma.cookie, rma.remote_addr, size, kAccessRemotePut, &why))) {
             auto* dest = reinterpret_cast<std::uint8_t*>(rma.remote_addr);
-            std::memcpy(dest, payload + sizeof(RmaHeader), have);
+            if (have > 0) std::memcpy(dest, payload + sizeof(RmaHeader), have);
             *consumed = sizeof(FrameHeader) + sizeof(RmaHeader) + have;
             if (have < size) {
                 rx->mode = kRxDirect;
@@ -346,7 +347,7 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
             auto* dest = static_cast<std::uint8_t*>(req->iov[i].iov_base);
             std::size_t len = req->iov[i].iov_len;
             std::size_t now = std::min(len, have - copied);
-            std::memcpy(dest, payload + copied, now);
+            if (now > 0) std::memcpy(dest, payload + copied, now);
             copied += now;
             if (now < len) rx->seg[rx->nseg++] = {dest + now, len - now};
         }
