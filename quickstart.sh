@@ -116,13 +116,43 @@ build_main() {
 # ---------------------------------------------------------------------------------------
 # 3. The main job.
 # ---------------------------------------------------------------------------------------
+# perf TL DEV ARGS...: runs one loom_perftest measurement and prints its "Final:" line.
+# self runs in one process (loopback); every other transport runs as a server and a client.
+perf() {
+    local tl=$1 dev=$2; shift 2
+    local pt="$prefix/bin/loom_perftest"
+    if [ "$tl" = self ]; then
+        timeout 120 "$pt" -l -x "$tl" -d "$dev" -f "$@" 2>&1 | grep '^Final:'
+        return
+    fi
+    local port=$((20000 + RANDOM % 20000))
+    timeout 120 "$pt" -p "$port" >/dev/null 2>&1 &
+    local server=$!
+    timeout 120 "$pt" 127.0.0.1 -p "$port" -x "$tl" -d "$dev" -f "$@" 2>&1 | grep '^Final:'
+    wait "$server" 2>/dev/null || true
+}
+
 main_job() {
-    say "main job: what Loom sees on this machine"
+    say "main job: ping-pong latency and bandwidth between two processes over every transport here"
+    local transports
+    transports=$("$prefix/bin/loom_info" -d | sed -n 's/^#   transport \([^ ]*\) on device \([^ ]*\) .*/\1 \2/p')
+    printf '%-8s %-10s %22s %26s\n' transport device "8 B latency (us, p50)" "bandwidth (MB/s)"
+    while read -r tl dev; do
+        [ -n "$tl" ] || continue
+        local lat bw
+        lat=$(perf "$tl" "$dev" -t am_lat -s 8 -n 100000 -w 1000 | awk '{print $3}')
+        bw=$(perf "$tl" "$dev" -t am_bw -D bcopy -s 8192 -n 20000 -w 100 | awk '{print $7}')
+        if [ "$tl" != self ]; then
+            local put
+            put=$(perf "$tl" "$dev" -t put_bw -D zcopy -s 65536 -n 5000 -w 50 | awk '{print $7}')
+            [ -n "$put" ] && bw=$put
+        fi
+        printf '%-8s %-10s %22s %26s\n' "$tl" "$dev" "${lat:-failed}" "${bw:-failed}"
+    done <<< "$transports"
+    echo "(self: one process talking to itself; bandwidth is put zcopy of 64 KiB where the transport has it,"
+    echo " else active messages of 8 KiB; details: $prefix/bin/loom_perftest -h, loom_info -d)"
+    echo
     "$prefix/bin/loom_info" -v
-    echo
-    "$prefix/bin/loom_info" -d
-    echo
-    "$prefix/bin/loom_info" -T
 }
 
 # ---------------------------------------------------------------------------------------

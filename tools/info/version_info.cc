@@ -27,6 +27,7 @@ int print_version() {
     std::printf("# rdma-core:    not found at build time (no verbs transports)\n");
 #endif
     std::printf("# spdlog:       %d.%d.%d\n", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH);
+    std::printf("# configured:   %s\n", LOOM_CONFIGURE_ARGS);
     return 0;
 }
 

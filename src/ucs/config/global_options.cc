@@ -1,6 +1,8 @@
 #define LOOM_LOG_COMPONENT (::loom::ucs::config::detail::log_component())
 #include "ucs/config/global_options.h"
 
+#include "ucs/debug/signals.h"
+
 #include "ucs/config/registry.h"
 #include "ucs/config/report.h"
 
@@ -45,6 +47,11 @@ const RegisteredTable<GlobalOptions>& make_global_table() {
                   "lib/loom directory beside libloom-ucs, then the directory Loom was installed with.",
                   &GlobalOptions::module_dir,
                   StringParser("directories", "directory names separated by colons, or empty for the built-in ones", nullptr)),
+            field("HANDLE_ERRORS", "yes",
+                  "Print the signal and a backtrace when the process crashes (SIGSEGV, SIGBUS, SIGILL, "
+                  "SIGFPE, SIGABRT), then let the signal take its default action. Handlers the "
+                  "application or a sanitizer installed first are left alone.",
+                  &GlobalOptions::handle_errors_bt, BoolParser()),
         });
     return *table;
 }
@@ -52,7 +59,9 @@ const RegisteredTable<GlobalOptions>& make_global_table() {
 /** Applies the log settings as soon as libloom-ucs is loaded; never fails the process. */
 __attribute__((constructor)) void apply_global_options_at_load() {
     try {
-        (void)apply_log_options(global_options());
+        const GlobalOptions& options = global_options();
+        (void)apply_log_options(options);
+        if (options.handle_errors_bt) (void)debug::install_crash_handlers();
     } catch (...) {
         // Out of memory this early: keep the built-in log settings.
     }

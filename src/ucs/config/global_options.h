@@ -21,6 +21,7 @@ struct GlobalOptions {
     std::string config_file;  ///< LOOM_CONFIG_FILE: path of the configuration file, "" for none
     AllowList modules;        ///< LOOM_MODULES: which transport modules to load
     std::string module_dir;   ///< LOOM_MODULE_DIR: where to load them from, "" for the built-in directory
+    bool handle_errors_bt = true;  ///< LOOM_HANDLE_ERRORS: print a backtrace when the process crashes
 };
 
 /** The global table (registered while libloom-ucs is loaded). */

@@ -42,6 +42,8 @@ struct Rkey {
  * Completion of a zcopy/get/flush operation: the transport decrements count for each
  * finished part; when it reaches zero func is called. status keeps the first error.
  * The caller owns the memory and sets count to the number of operations it covers.
+ * Operations that take a Completion* accept nullptr when the caller does not need to
+ * know (it will flush later); get and fetching atomics need one to learn of the data.
  */
 struct Completion {
     void (*func)(Completion* self);
@@ -51,6 +53,7 @@ struct Completion {
 
 /** Marks @p comp's part as finished with @p status, calling its callback when none remain. */
 inline void completion_update(Completion* comp, Status status) {
+    if (comp == nullptr) return;
     if (comp->status == Status::ok) comp->status = status;
     if (--comp->count == 0) comp->func(comp);
 }

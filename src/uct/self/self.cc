@@ -96,7 +96,7 @@ Status self_am_short(Ep* ep, AmId id, std::uint64_t header, const void* payload,
     // The receiver sees header then payload, contiguous, as on every transport.
     alignas(8) std::uint8_t buf[sizeof(header) + kMaxShort];
     std::memcpy(buf, &header, sizeof(header));
-    std::memcpy(buf + sizeof(header), payload, length);
+    if (length != 0) std::memcpy(buf + sizeof(header), payload, length);  // payload may be null when empty
     return target_of(ep)->invoke_am(id, buf, sizeof(header) + length, 0);
 }
 
@@ -119,7 +119,7 @@ Status self_am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length
     if (LOOM_UNLIKELY(payload > kMaxBcopy || header_length > kMaxZcopyHeader)) return Status::exceeds_limit;
     std::size_t total = header_length + payload;
     alignas(8) std::uint8_t buf[kMaxZcopyHeader + kMaxBcopy];
-    std::memcpy(buf, header, header_length);
+    if (header_length != 0) std::memcpy(buf, header, header_length);
     std::size_t offset = header_length;
     for (std::size_t i = 0; i < iovcnt; ++i) {
         std::memcpy(buf + offset, iov[i].buffer, iov[i].length);
@@ -130,7 +130,7 @@ Status self_am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length
 }
 
 Status self_put_short(Ep*, const void* buffer, unsigned length, std::uint64_t remote_addr, std::uint64_t) {
-    std::memcpy(reinterpret_cast<void*>(remote_addr), buffer, length);
+    if (length != 0) std::memcpy(reinterpret_cast<void*>(remote_addr), buffer, length);
     return Status::ok;
 }
 

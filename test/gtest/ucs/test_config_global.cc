@@ -44,7 +44,7 @@ TEST_F(ConfigGlobal, TableListsTheGlobalVariables) {
     std::vector<std::string> names;
     for (std::size_t i = 0; i < table.size(); ++i) names.push_back(table.variable_name(i));
     EXPECT_EQ((std::vector<std::string>{"LOOM_LOG_LEVEL", "LOOM_LOG_FILE", "LOOM_CONFIG_FILE", "LOOM_MODULES",
-                                        "LOOM_MODULE_DIR"}),
+                                        "LOOM_MODULE_DIR", "LOOM_HANDLE_ERRORS"}),
               names);
     auto tables = registered_tables();
     EXPECT_NE(tables.end(), std::find(tables.begin(), tables.end(), &table));

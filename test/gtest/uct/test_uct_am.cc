@@ -88,7 +88,7 @@ struct PackArg {
 
 std::size_t pack_vector(void* dest, void* arg) {
     const auto& data = *static_cast<PackArg*>(arg)->data;
-    std::memcpy(dest, data.data(), data.size());
+    if (!data.empty()) std::memcpy(dest, data.data(), data.size());
     return data.size();
 }
 

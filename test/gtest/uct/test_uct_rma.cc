@@ -81,7 +81,7 @@ TEST_P(UctRmaTest, PutShort) {
 
 std::size_t pack_vector(void* dest, void* arg) {
     auto* data = static_cast<std::vector<std::uint8_t>*>(arg);
-    std::memcpy(dest, data->data(), data->size());
+    if (!data->empty()) std::memcpy(dest, data->data(), data->size());
     return data->size();
 }
 

@@ -1,0 +1,276 @@
+/**
+ * loom_perftest entry point: option parsing (ucx_perftest-compatible for the common
+ * options), the client/server/loopback roles and the parameter exchange.
+ */
+#include "perftest.h"
+
+#include "ucs/config/registry.h"
+
+#include <getopt.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+using namespace loom::perftest;
+
+constexpr std::uint16_t kDefaultPort = 13337;
+constexpr std::uint32_t kParamsMagic = 0x4c4f4f4d;  // "LOOM"
+constexpr std::uint16_t kParamsVersion = 1;
+
+void usage(FILE* out) {
+    std::fprintf(out,
+                 "Usage: loom_perftest [server-hostname] [options]\n"
+                 "Measures Loom's latency, bandwidth and message rate between two processes.\n"
+                 "Start the server with no host name, then the client with the server's host name.\n"
+                 "\n"
+                 "  -t <test>     am_lat, am_bw, put_lat, put_bw, get (or get_lat), get_bw\n"
+                 "  -x <tl>       transport (see loom_info -d), e.g. shm, tcp, self\n"
+                 "  -d <device>   device of the transport, e.g. memory, lo, eth0\n"
+                 "  -D <layout>   short (default), bcopy or zcopy\n"
+                 "  -s <size>     message size in bytes (8)\n"
+                 "  -n <iters>    measured iterations (1000000)\n"
+                 "  -w <iters>    warm-up iterations (10000)\n"
+                 "  -O <count>    outstanding operations (window) for bandwidth tests\n"
+                 "  -W <count>    flow-control window of am_bw (127)\n"
+                 "  -R <rank>     percentile reported in the first latency column (50.0)\n"
+                 "  -c <cpu>      pin this process to a CPU\n"
+                 "  -p <port>     TCP port of the out-of-band connection (13337)\n"
+                 "  -l            loopback: one process plays both sides (no host name)\n"
+                 "  -f            print only the final line\n"
+                 "  -v            CSV output\n"
+                 "  -h            this help\n"
+                 "\n"
+                 "UCP tests (tag_lat, tag_bw, ...) arrive with the protocol layer.\n");
+}
+
+bool parse_u64(const char* text, std::uint64_t& out) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0') return false;
+    out = v;
+    return true;
+}
+
+bool parse_test(const std::string& name, TestKind& kind) {
+    static const std::pair<const char*, TestKind> kNames[] = {
+        {"am_lat", TestKind::am_lat}, {"am_bw", TestKind::am_bw},   {"put_lat", TestKind::put_lat},
+        {"put_bw", TestKind::put_bw}, {"get", TestKind::get_lat},   {"get_lat", TestKind::get_lat},
+        {"get_bw", TestKind::get_bw},
+    };
+    for (const auto& [n, k] : kNames) {
+        if (name == n) {
+            kind = k;
+            return true;
+        }
+    }
+    return false;
+}
+
+/** Fixed-layout parameter message from client to server. */
+struct [[gnu::packed]] WireParams {
+    std::uint32_t magic;
+    std::uint16_t version;
+    std::uint8_t test;
+    std::uint8_t layout;
+    std::uint64_t size, iters, warmup;
+    std::uint32_t outstanding, window;
+    double percentile;
+    char tl[32];
+    char dev[64];
+};
+
+std::vector<std::uint8_t> pack_params(const Params& p) {
+    WireParams w{};
+    w.magic = kParamsMagic;
+    w.version = kParamsVersion;
+    w.test = static_cast<std::uint8_t>(p.test);
+    w.layout = static_cast<std::uint8_t>(p.layout);
+    w.size = p.size;
+    w.iters = p.iters;
+    w.warmup = p.warmup;
+    w.outstanding = p.outstanding;
+    w.window = p.window;
+    w.percentile = p.percentile;
+    std::snprintf(w.tl, sizeof(w.tl), "%s", p.tl.c_str());
+    std::snprintf(w.dev, sizeof(w.dev), "%s", p.dev.c_str());
+    auto* bytes = reinterpret_cast<std::uint8_t*>(&w);
+    return {bytes, bytes + sizeof(w)};
+}
+
+bool unpack_params(const std::vector<std::uint8_t>& blob, Params& p) {
+    WireParams w;
+    if (blob.size() != sizeof(w)) return false;
+    std::memcpy(&w, blob.data(), sizeof(w));
+    if (w.magic != kParamsMagic || w.version != kParamsVersion || w.test > 5 || w.layout > 2) return false;
+    w.tl[sizeof(w.tl) - 1] = w.dev[sizeof(w.dev) - 1] = '\0';
+    p.test = static_cast<TestKind>(w.test);
+    p.layout = static_cast<DataLayout>(w.layout);
+    p.size = w.size;
+    p.iters = w.iters;
+    p.warmup = w.warmup;
+    p.outstanding = w.outstanding;
+    p.window = w.window;
+    p.percentile = w.percentile;
+    p.tl = w.tl;
+    p.dev = w.dev;
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Params params;
+    OutputOptions out;
+    std::uint64_t port = kDefaultPort;
+    bool loopback = false;
+    bool test_given = false;
+    int cpu = -1;
+    opterr = 0;
+    int opt;
+    auto bad = [&](const char* what) {
+        std::fprintf(stderr, "loom_perftest: invalid %s '%s'\n", what, optarg);
+        return 2;
+    };
+    while ((opt = getopt(argc, argv, "t:x:d:D:s:n:w:O:W:R:c:p:lfvhNH:")) != -1) {
+        std::uint64_t value = 0;
+        switch (opt) {
+        case 't':
+            if (!parse_test(optarg, params.test)) {
+                std::fprintf(stderr, "loom_perftest: unknown test '%s'%s\n", optarg,
+                             std::strncmp(optarg, "tag", 3) == 0 || std::strncmp(optarg, "ucp", 3) == 0 ||
+                                     std::strncmp(optarg, "stream", 6) == 0
+                                 ? " (UCP tests need the protocol layer, which is not built yet)"
+                                 : " (see -h)");
+                return 2;
+            }
+            test_given = true;
+            break;
+        case 'x': params.tl = optarg; break;
+        case 'd': params.dev = optarg; break;
+        case 'D':
+            if (std::strcmp(optarg, "short") == 0) {
+                params.layout = DataLayout::short_;
+            } else if (std::strcmp(optarg, "bcopy") == 0) {
+                params.layout = DataLayout::bcopy;
+            } else if (std::strcmp(optarg, "zcopy") == 0) {
+                params.layout = DataLayout::zcopy;
+            } else {
+                return bad("data layout (short, bcopy or zcopy)");
+            }
+            break;
+        case 's':
+            if (std::strchr(optarg, ',')) {
+                std::fprintf(stderr, "loom_perftest: scatter-gather size lists are not supported; give one size\n");
+                return 2;
+            }
+            if (!parse_u64(optarg, params.size)) return bad("size");
+            break;
+        case 'n':
+            if (!parse_u64(optarg, params.iters) || params.iters == 0) return bad("iteration count");
+            break;
+        case 'w':
+            if (!parse_u64(optarg, params.warmup)) return bad("warm-up count");
+            break;
+        case 'O':
+            if (!parse_u64(optarg, value) || value == 0 || value > 1u << 20) return bad("outstanding count");
+            params.outstanding = static_cast<std::uint32_t>(value);
+            break;
+        case 'W':
+            if (!parse_u64(optarg, value) || value == 0 || value > 1u << 20) return bad("window");
+            params.window = static_cast<std::uint32_t>(value);
+            break;
+        case 'R': {
+            char* end = nullptr;
+            params.percentile = std::strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || params.percentile <= 0 || params.percentile > 100) {
+                return bad("percentile");
+            }
+            break;
+        }
+        case 'c':
+            if (!parse_u64(optarg, value) || value >= CPU_SETSIZE) return bad("CPU");
+            cpu = static_cast<int>(value);
+            break;
+        case 'p':
+            if (!parse_u64(optarg, port) || port == 0 || port > 65535) return bad("port");
+            break;
+        case 'l': loopback = true; break;
+        case 'f': out.final_only = true; break;
+        case 'v': out.csv = true; break;
+        case 'N': break;  // numeric formatting: accepted for compatibility
+        case 'H':
+            if (!parse_u64(optarg, value) || value != 8) {
+                std::fprintf(stderr, "loom_perftest: only an 8-byte active-message header is supported\n");
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default:
+            std::fprintf(stderr, "loom_perftest: unknown option '-%c'\n", optopt ? optopt : '?');
+            usage(stderr);
+            return 2;
+        }
+    }
+    const char* host = optind < argc ? argv[optind] : nullptr;
+    if (optind + 1 < argc) {
+        std::fprintf(stderr, "loom_perftest: unexpected argument '%s'\n", argv[optind + 1]);
+        return 2;
+    }
+    if (loopback && host) {
+        std::fprintf(stderr, "loom_perftest: -l (loopback) takes no server host name\n");
+        return 2;
+    }
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+            std::fprintf(stderr, "loom_perftest: cannot pin to CPU %d: %s\n", cpu, std::strerror(errno));
+            return 1;
+        }
+    }
+    loom::ucs::config::warn_unknown_variables();
+
+    Report report;
+    loom::Status status;
+    if (loopback || host) {
+        if (params.tl.empty() || params.dev.empty()) {
+            std::fprintf(stderr, "loom_perftest: the client needs -x TRANSPORT and -d DEVICE (see loom_info -d)\n");
+            return 2;
+        }
+        if (!test_given) {
+            std::fprintf(stderr, "loom_perftest: the client needs -t TEST\n");
+            return 2;
+        }
+    }
+    if (loopback) {
+        status = run_uct_test(params, Role::loopback, nullptr, out, report);
+    } else if (host) {
+        Oob oob;
+        status = oob.connect_to(host, static_cast<std::uint16_t>(port));
+        if (status == loom::Status::ok) status = oob.send_blob(pack_params(params));
+        if (status == loom::Status::ok) status = run_uct_test(params, Role::client, &oob, out, report);
+    } else {
+        Oob oob;
+        status = oob.accept_one(static_cast<std::uint16_t>(port));
+        std::vector<std::uint8_t> blob;
+        if (status == loom::Status::ok) status = oob.recv_blob(blob);
+        if (status == loom::Status::ok && !unpack_params(blob, params)) {
+            std::fprintf(stderr, "loom_perftest: the client sent parameters this server does not understand\n");
+            return 1;
+        }
+        if (status == loom::Status::ok) status = run_uct_test(params, Role::server, &oob, out, report);
+    }
+    if (status != loom::Status::ok) {
+        std::fprintf(stderr, "loom_perftest: failed: %s\n", std::string(loom::to_string(status)).c_str());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,108 @@
+/**
+ * loom_perftest: command-line compatible with ucx_perftest for the common options,
+ * so the two binaries can be swapped in a benchmark script.
+ *
+ *   server:  loom_perftest [-p PORT] [-x TL -d DEV]
+ *   client:  loom_perftest SERVER_HOST -t am_lat -x shm -d memory -s 8 -n 100000
+ *   one process (loopback): loom_perftest -l -t am_lat -x self -d memory
+ *
+ * The client sends its parameters to the server over an out-of-band TCP connection
+ * (the same socket then carries addresses and barriers), both open the transport,
+ * and the client prints the results in ucx_perftest's columns with a final line
+ * starting "Final:".
+ */
+#pragma once
+
+#include "ucs/type/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::perftest {
+
+/** The measured operation. */
+enum class TestKind : std::uint8_t { am_lat, am_bw, put_lat, put_bw, get_lat, get_bw };
+
+/** How the sender hands data to the transport (-D). */
+enum class DataLayout : std::uint8_t { short_, bcopy, zcopy };
+
+/** Everything the client decides and sends to the server. */
+struct Params {
+    TestKind test = TestKind::am_lat;
+    DataLayout layout = DataLayout::short_;
+    std::string tl;              ///< -x
+    std::string dev;             ///< -d
+    std::uint64_t size = 8;      ///< -s: message size in bytes
+    std::uint64_t iters = 1000000;   ///< -n
+    std::uint64_t warmup = 10000;    ///< -w
+    std::uint32_t outstanding = 0;   ///< -O: 0 = default window
+    std::uint32_t window = 127;      ///< -W: flow-control window for am_bw
+    double percentile = 50.0;        ///< -R
+};
+
+/** Output options (never sent to the server). */
+struct OutputOptions {
+    bool final_only = false;  ///< -f
+    bool csv = false;         ///< -v
+};
+
+/** Names as ucx_perftest spells them: "am_lat", "put_bw", "get" ... */
+const char* test_name(TestKind kind);
+const char* layout_name(DataLayout layout);
+
+/** Measured results, in ucx_perftest's units. */
+struct Report {
+    std::uint64_t iters = 0;
+    double latency_percentile_us = 0;  ///< one-way, at the requested percentile
+    double latency_avg_us = 0;         ///< of the last reporting period
+    double latency_overall_us = 0;
+    double bandwidth_avg_mbs = 0;      ///< MB/s (2^20 bytes), last period
+    double bandwidth_overall_mbs = 0;
+    double msgrate_avg = 0;            ///< messages per second, last period
+    double msgrate_overall = 0;
+};
+
+/** Prints the table header (unless final-only or CSV). */
+void print_header(const OutputOptions& out, const Params& params);
+
+/** Prints one periodic line or the final one. */
+void print_report(const OutputOptions& out, const Report& report, bool final);
+
+/**
+ * Out-of-band channel between client and server: a TCP connection used for the
+ * parameters, the address exchange and barriers. Exceptions: none; every call
+ * returns a Status and logs one line on failure.
+ */
+class Oob {
+public:
+    Oob() = default;
+    ~Oob();
+    Oob(const Oob&) = delete;
+    Oob& operator=(const Oob&) = delete;
+
+    /** Server: listens on @p port and accepts one client. */
+    Status accept_one(std::uint16_t port);
+
+    /** Client: connects to @p host:@p port, retrying for a few seconds while the server starts. */
+    Status connect_to(const std::string& host, std::uint16_t port);
+
+    Status send(const void* data, std::size_t length);
+    Status recv(void* data, std::size_t length);
+    Status send_blob(const std::vector<std::uint8_t>& blob);
+    Status recv_blob(std::vector<std::uint8_t>& blob);
+
+    /** Both sides call it; returns when both arrived. */
+    Status barrier();
+
+private:
+    int fd_ = -1;
+};
+
+/** Role of this process in a run. */
+enum class Role : std::uint8_t { server, client, loopback };
+
+/** Runs a uct-level test; the client (or loopback) fills @p report. */
+Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
+
+}  // namespace loom::perftest

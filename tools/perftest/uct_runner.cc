@@ -1,0 +1,640 @@
+/**
+ * uct-level tests of loom_perftest: one transport on one device, measured alone.
+ *
+ * Latency tests are ping-pongs (one-way latency = round trip / 2); bandwidth tests
+ * stream messages with a credit window (am_bw) or issue puts/gets and finish with a
+ * "done" active message, so the target's progress runs wherever the transport
+ * needs it (tcp performs put/get in the target's progress).
+ */
+#include "perftest.h"
+
+#include "ucs/debug/log.h"
+#include "ucs/memory/aligned.h"
+#include "ucs/sys/module.h"
+#include "ucs/time/clock.h"
+#include "uct/api/uct.h"
+#include "uct/base/uct_worker.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::perftest {
+
+namespace {
+
+constexpr uct::AmId kAmData = 1;    ///< ping/pong and bandwidth payload
+constexpr uct::AmId kAmCredit = 2;  ///< am_bw: the receiver returns credits
+constexpr uct::AmId kAmDone = 3;    ///< put/get tests: the initiator has finished
+
+/** One endpoint of the test: a worker, a memory domain, an iface, buffers and an ep to the peer. */
+struct Side {
+    uct::Worker worker;
+    std::unique_ptr<uct::Md> md;
+    std::unique_ptr<uct::Iface> iface;
+    uct::IfaceAttr attr;
+    uct::MdAttr md_attr;
+    const uct::Component* component = nullptr;
+
+    std::uint8_t* send_buf = nullptr;
+    std::uint8_t* recv_buf = nullptr;
+    std::size_t buf_size = 0;
+    uct::MemH send_memh = uct::kMemHNull;
+    uct::MemH recv_memh = uct::kMemHNull;
+
+    uct::Ep* ep = nullptr;
+    uct::Rkey peer_rkey;
+    std::uint64_t peer_recv_addr = 0;
+
+    // Written by AM handlers, read by the loops (same thread).
+    std::uint64_t last_sn = ~0ull;
+    std::uint64_t received = 0;
+    std::uint64_t credits_returned = 0;  ///< initiator: credits the target returned
+    std::uint64_t credited = 0;          ///< target: messages it has returned credits for
+    bool done = false;
+
+    ~Side() {
+        if (ep) iface->ep_destroy(ep);
+        if (peer_rkey.handle) component->rkey_release(peer_rkey);
+        if (send_memh) (void)md->mem_dereg(send_memh);
+        if (recv_memh) (void)md->mem_dereg(recv_memh);
+        iface.reset();
+        md.reset();
+        ucs::free_aligned(send_buf);
+        ucs::free_aligned(recv_buf);
+    }
+};
+
+Status on_data(void* arg, void* data, std::size_t length, unsigned) {
+    auto* side = static_cast<Side*>(arg);
+    std::uint64_t sn;
+    std::memcpy(&sn, data, sizeof(sn));
+    (void)length;
+    side->last_sn = sn;
+    ++side->received;
+    return Status::ok;
+}
+
+Status on_credit(void* arg, void* data, std::size_t, unsigned) {
+    auto* side = static_cast<Side*>(arg);
+    std::memcpy(&side->credits_returned, data, sizeof(std::uint64_t));
+    return Status::ok;
+}
+
+Status on_done(void* arg, void*, std::size_t, unsigned) {
+    static_cast<Side*>(arg)->done = true;
+    return Status::ok;
+}
+
+/** Finds and opens @p tl on @p dev; explains what exists when it is not there. */
+Status open_side(const Params& params, Side& side) {
+    (void)ucs::load_modules("uct");
+    std::string available;
+    for (const uct::Component* component : uct::components()) {
+        for (const std::string& md_name : component->query_md_resources()) {
+            auto md = component->md_open(md_name);
+            if (!md) continue;
+            for (const uct::TlResource& tl : (*md)->query_tl_resources()) {
+                available += " " + tl.tl_name + "/" + tl.dev_name;
+                if (tl.tl_name != params.tl || tl.dev_name != params.dev) continue;
+                side.component = component;
+                side.md = std::move(*md);
+                auto iface = side.md->iface_open(tl, &side.worker, {});
+                if (!iface) {
+                    LOOM_LOG_ERROR("perftest: cannot open {} on {}: {}", params.tl, params.dev,
+                                   to_string(iface.status()));
+                    return iface.status();
+                }
+                side.iface = std::move(*iface);
+                if (Status s = side.iface->query(side.attr); s != Status::ok) return s;
+                if (Status s = side.md->query(side.md_attr); s != Status::ok) return s;
+                return side.iface->progress_enable();
+            }
+        }
+    }
+    LOOM_LOG_ERROR("perftest: transport '{}' on device '{}' is not available here; available:{}", params.tl,
+                   params.dev, available.empty() ? " none" : available);
+    return Status::no_device;
+}
+
+/** Checks that the transport can run the test as asked, with one clear line when not. */
+Status check_support(const Params& params, const Side& side) {
+    using namespace uct;
+    const IfaceAttr& a = side.attr;
+    auto need = [&](std::uint64_t cap, const char* what) {
+        if (a.cap_flags & cap) return Status::ok;
+        LOOM_LOG_ERROR("perftest: {} does not support {}", params.tl, what);
+        return Status::unsupported;
+    };
+    auto fits = [&](std::size_t max, const char* what) {
+        if (params.size <= max) return Status::ok;
+        LOOM_LOG_ERROR("perftest: size {} exceeds the {} limit of {} ({})", params.size, what, max, params.tl);
+        return Status::exceeds_limit;
+    };
+    bool am = params.test == TestKind::am_lat || params.test == TestKind::am_bw;
+    bool put = params.test == TestKind::put_lat || params.test == TestKind::put_bw;
+    if (params.size < 8) {
+        LOOM_LOG_ERROR("perftest: message size must be at least 8 bytes (it carries a sequence number)");
+        return Status::invalid_param;
+    }
+    if (am) {
+        switch (params.layout) {
+        case DataLayout::short_:
+            if (Status s = need(kCapAmShort, "am_short"); s != Status::ok) return s;
+            return fits(a.am.max_short + 8, "am_short");
+        case DataLayout::bcopy:
+            if (Status s = need(kCapAmBcopy, "am_bcopy"); s != Status::ok) return s;
+            return fits(a.am.max_bcopy, "am_bcopy");
+        case DataLayout::zcopy:
+            if (Status s = need(kCapAmZcopy, "am_zcopy"); s != Status::ok) return s;
+            return fits(a.am.max_zcopy + 8, "am_zcopy");
+        }
+    }
+    if (put) {
+        switch (params.layout) {
+        case DataLayout::short_:
+            if (Status s = need(kCapPutShort, "put_short"); s != Status::ok) return s;
+            return fits(a.put.max_short, "put_short");
+        case DataLayout::bcopy:
+            if (Status s = need(kCapPutBcopy, "put_bcopy"); s != Status::ok) return s;
+            return fits(a.put.max_bcopy, "put_bcopy");
+        case DataLayout::zcopy:
+            if (Status s = need(kCapPutZcopy, "put_zcopy"); s != Status::ok) return s;
+            return fits(a.put.max_zcopy, "put_zcopy");
+        }
+    }
+    switch (params.layout) {
+    case DataLayout::short_:
+        LOOM_LOG_ERROR("perftest: get has no short flavour (use -D bcopy or -D zcopy)");
+        return Status::invalid_param;
+    case DataLayout::bcopy:
+        if (Status s = need(kCapGetBcopy, "get_bcopy"); s != Status::ok) return s;
+        return fits(a.get.max_bcopy, "get_bcopy");
+    case DataLayout::zcopy:
+        if (Status s = need(kCapGetZcopy, "get_zcopy"); s != Status::ok) return s;
+        return fits(a.get.max_zcopy, "get_zcopy");
+    }
+    return Status::ok;
+}
+
+Status setup_buffers(const Params& params, Side& side) {
+    side.buf_size = std::max<std::size_t>(params.size, 64);
+    void* send = nullptr;
+    void* recv = nullptr;
+    if (Status s = ucs::alloc_aligned(side.buf_size, 4096, send); s != Status::ok) return s;
+    side.send_buf = static_cast<std::uint8_t*>(send);
+    if (Status s = ucs::alloc_aligned(side.buf_size, 4096, recv); s != Status::ok) return s;
+    side.recv_buf = static_cast<std::uint8_t*>(recv);
+    std::memset(side.send_buf, 0xab, side.buf_size);
+    std::memset(side.recv_buf, 0, side.buf_size);
+    if (side.md_attr.flags & uct::MdAttr::kReg) {
+        auto send = side.md->mem_reg(side.send_buf, side.buf_size, uct::kAccessAll);
+        auto recv = side.md->mem_reg(side.recv_buf, side.buf_size, uct::kAccessAll);
+        if (!send || !recv) {
+            LOOM_LOG_ERROR("perftest: memory registration failed");
+            return send ? recv.status() : send.status();
+        }
+        side.send_memh = *send;
+        side.recv_memh = *recv;
+    }
+    (void)side.iface->set_am_handler(kAmData, on_data, &side, 0);
+    (void)side.iface->set_am_handler(kAmCredit, on_credit, &side, 0);
+    (void)side.iface->set_am_handler(kAmDone, on_done, &side, 0);
+    return Status::ok;
+}
+
+/** What a peer needs: device and iface addresses, the packed key and address of its receive buffer. */
+std::vector<std::uint8_t> pack_info(Side& side) {
+    std::vector<std::uint8_t> dev(side.attr.device_addr_len), iface(side.attr.iface_addr_len);
+    std::vector<std::uint8_t> rkey(side.md_attr.rkey_packed_size);
+    (void)side.iface->get_device_address(dev.data());
+    (void)side.iface->get_address(iface.data());
+    if (side.recv_memh && !rkey.empty()) (void)side.md->mkey_pack(side.recv_memh, rkey.data());
+    std::vector<std::uint8_t> blob;
+    auto put = [&](const std::vector<std::uint8_t>& part) {
+        std::uint32_t n = static_cast<std::uint32_t>(part.size());
+        blob.insert(blob.end(), reinterpret_cast<std::uint8_t*>(&n), reinterpret_cast<std::uint8_t*>(&n) + 4);
+        blob.insert(blob.end(), part.begin(), part.end());
+    };
+    put(dev);
+    put(iface);
+    put(rkey);
+    std::uint64_t addr = reinterpret_cast<std::uint64_t>(side.recv_buf);
+    blob.insert(blob.end(), reinterpret_cast<std::uint8_t*>(&addr), reinterpret_cast<std::uint8_t*>(&addr) + 8);
+    return blob;
+}
+
+Status connect_side(Side& side, const std::vector<std::uint8_t>& peer) {
+    std::vector<std::vector<std::uint8_t>> parts;
+    std::size_t pos = 0;
+    for (int i = 0; i < 3; ++i) {
+        std::uint32_t n;
+        if (pos + 4 > peer.size()) return Status::malformed_packet;
+        std::memcpy(&n, peer.data() + pos, 4);
+        pos += 4;
+        if (pos + n > peer.size()) return Status::malformed_packet;
+        parts.emplace_back(peer.begin() + static_cast<long>(pos), peer.begin() + static_cast<long>(pos + n));
+        pos += n;
+    }
+    if (pos + 8 != peer.size()) return Status::malformed_packet;
+    std::memcpy(&side.peer_recv_addr, peer.data() + pos, 8);
+    uct::EpParams ep_params;
+    ep_params.dev_addr = parts[0].data();
+    ep_params.dev_addr_len = parts[0].size();
+    ep_params.iface_addr = parts[1].data();
+    ep_params.iface_addr_len = parts[1].size();
+    auto ep = side.iface->ep_create(ep_params);
+    if (!ep) {
+        LOOM_LOG_ERROR("perftest: cannot create an endpoint to the peer: {}", to_string(ep.status()));
+        return ep.status();
+    }
+    side.ep = *ep;
+    auto rkey = side.component->rkey_unpack(parts[2].data(), parts[2].size());
+    if (!rkey) {
+        LOOM_LOG_ERROR("perftest: cannot unpack the peer's remote key: {}", to_string(rkey.status()));
+        return rkey.status();
+    }
+    side.peer_rkey = *rkey;
+    return Status::ok;
+}
+
+// --- sending ------------------------------------------------------------------------
+
+struct PackArg {
+    const Side* side;
+    std::uint64_t sn;
+    std::size_t size;
+};
+
+std::size_t pack_data(void* dest, void* arg) {
+    auto* a = static_cast<PackArg*>(arg);
+    std::memcpy(dest, &a->sn, 8);
+    std::memcpy(static_cast<std::uint8_t*>(dest) + 8, a->side->send_buf + 8, a->size - 8);
+    return a->size;
+}
+
+/** Sends one data message carrying @p sn; no_resource is returned to the caller. */
+Status send_am(Side& side, const Params& params, std::uint64_t sn) {
+    switch (params.layout) {
+    case DataLayout::short_:
+        return uct::ep_am_short(side.ep, kAmData, sn, side.send_buf + 8, static_cast<unsigned>(params.size - 8));
+    case DataLayout::bcopy: {
+        PackArg arg{&side, sn, params.size};
+        ssize_t n = uct::ep_am_bcopy(side.ep, kAmData, pack_data, &arg, 0);
+        return n < 0 ? static_cast<Status>(n) : Status::ok;
+    }
+    case DataLayout::zcopy: {
+        uct::Iov iov{side.send_buf + 8, params.size - 8, side.send_memh};
+        Status s = uct::ep_am_zcopy(side.ep, kAmData, &sn, 8, &iov, params.size > 8 ? 1 : 0, 0, nullptr);
+        return s == Status::in_progress ? Status::ok : s;  // completion counted by the flush at the end
+    }
+    }
+    return Status::invalid_param;
+}
+
+/** Puts @p size bytes ending with @p sn into the peer's receive buffer. */
+Status send_put(Side& side, const Params& params, std::uint64_t sn) {
+    std::memcpy(side.send_buf + params.size - 8, &sn, 8);
+    std::uint64_t rkey = side.peer_rkey.rkey;
+    switch (params.layout) {
+    case DataLayout::short_:
+        return uct::ep_put_short(side.ep, side.send_buf, static_cast<unsigned>(params.size), side.peer_recv_addr,
+                                 rkey);
+    case DataLayout::bcopy: {
+        PackArg arg{&side, sn, params.size};
+        ssize_t n = uct::ep_put_bcopy(
+            side.ep,
+            [](void* dest, void* a) -> std::size_t {
+                auto* p = static_cast<PackArg*>(a);
+                std::memcpy(dest, p->side->send_buf, p->size);
+                return p->size;
+            },
+            &arg, side.peer_recv_addr, rkey);
+        return n < 0 ? static_cast<Status>(n) : Status::ok;
+    }
+    case DataLayout::zcopy: {
+        uct::Iov iov{side.send_buf, params.size, side.send_memh};
+        Status s = uct::ep_put_zcopy(side.ep, &iov, 1, side.peer_recv_addr, rkey, nullptr);
+        return s == Status::in_progress ? Status::ok : s;
+    }
+    }
+    return Status::invalid_param;
+}
+
+/** Retries @p op while it says no_resource, progressing @p side in between. */
+template <typename Op>
+Status retry(Side& side, Op op) {
+    for (;;) {
+        Status s = op();
+        if (s != Status::no_resource) return s;
+        side.worker.progress();
+    }
+}
+
+/** Progresses until @p done() (or an error from @p check). */
+template <typename Pred>
+void progress_until(Side& side, Pred done) {
+    while (!done()) side.worker.progress();
+}
+
+Status flush(Side& side) {
+    struct Flag : uct::Completion {
+        bool fired = false;
+    } comp;
+    comp.func = [](uct::Completion* c) { static_cast<Flag*>(c)->fired = true; };
+    comp.count = 1;
+    comp.status = Status::ok;
+    Status s = retry(side, [&] { return uct::ep_flush(side.ep, uct::kFlushLocal, &comp); });
+    if (s == Status::in_progress) {
+        progress_until(side, [&] { return comp.fired; });
+        s = comp.status;
+    }
+    return s;
+}
+
+Status send_done(Side& side) {
+    return retry(side, [&] { return uct::ep_am_short(side.ep, kAmDone, 0, nullptr, 0); });
+}
+
+// --- measurement ------------------------------------------------------------------------
+
+/** Collects per-iteration times and prints periodic and final reports. */
+class Meter {
+public:
+    Meter(const Params& params, const OutputOptions& out, bool latency_test)
+        : params_(params), out_(out), latency_(latency_test) {
+        samples_.reserve(latency_test ? params.iters : 0);
+        start_ = last_ = ucs::get_time();
+        period_ = ucs::sec_to_ticks(1.0);
+    }
+
+    /** Records iteration @p i that took @p ticks (round trip for latency tests). */
+    void sample(std::uint64_t i, ucs::Ticks now, ucs::Ticks ticks) {
+        if (latency_) samples_.push_back(ticks);
+        if (now - last_ >= period_) {
+            report(i + 1, now, false);
+            last_ = now;
+            last_iters_ = i + 1;
+        }
+    }
+
+    void finish(std::uint64_t iters, Report& report_out) { report_out = report(iters, ucs::get_time(), true); }
+
+private:
+    Report report(std::uint64_t iters, ucs::Ticks now, bool final) {
+        Report r;
+        r.iters = iters;
+        double total = ucs::ticks_to_sec(now - start_);
+        double period = ucs::ticks_to_sec(now - last_);
+        std::uint64_t period_iters = final ? iters : iters - last_iters_;
+        if (final) period = total, period_iters = iters;
+        double divisor = latency_ ? 2.0 : 1.0;  // round trip -> one way
+        r.latency_overall_us = iters ? total * 1e6 / static_cast<double>(iters) / divisor : 0;
+        r.latency_avg_us = period_iters ? period * 1e6 / static_cast<double>(period_iters) / divisor : 0;
+        if (latency_ && !samples_.empty()) {
+            std::vector<ucs::Ticks> sorted(samples_.begin() + static_cast<long>(final ? 0 : last_iters_),
+                                           samples_.end());
+            if (sorted.empty()) sorted = samples_;
+            auto k = static_cast<std::size_t>(params_.percentile / 100.0 * static_cast<double>(sorted.size() - 1));
+            std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(k), sorted.end());
+            r.latency_percentile_us = ucs::ticks_to_sec(sorted[k]) * 1e6 / divisor;
+        } else {
+            r.latency_percentile_us = r.latency_avg_us;
+        }
+        double bytes = static_cast<double>(params_.size);
+        r.msgrate_overall = total > 0 ? static_cast<double>(iters) / total : 0;
+        r.msgrate_avg = period > 0 ? static_cast<double>(period_iters) / period : 0;
+        if (latency_) {  // ucx_perftest counts one message per iteration in latency tests
+            r.msgrate_overall = r.latency_overall_us > 0 ? 1e6 / r.latency_overall_us : 0;
+            r.msgrate_avg = r.latency_avg_us > 0 ? 1e6 / r.latency_avg_us : 0;
+        }
+        r.bandwidth_overall_mbs = r.msgrate_overall * bytes / (1 << 20);
+        r.bandwidth_avg_mbs = r.msgrate_avg * bytes / (1 << 20);
+        print_report(out_, r, final);
+        return r;
+    }
+
+    const Params& params_;
+    const OutputOptions& out_;
+    bool latency_;
+    std::vector<ucs::Ticks> samples_;
+    ucs::Ticks start_, last_, period_;
+    std::uint64_t last_iters_ = 0;
+};
+
+// --- the tests ---------------------------------------------------------------------------
+
+/** One ping-pong: the initiator sends sn and waits for it to come back. */
+Status am_ping(Side& me, const Params& params, std::uint64_t sn, Side* loop_peer) {
+    if (Status s = retry(me, [&] { return send_am(me, params, sn); }); s != Status::ok) return s;
+    if (loop_peer) {
+        progress_until(*loop_peer, [&] { return loop_peer->last_sn == sn; });
+        if (Status s = retry(*loop_peer, [&] { return send_am(*loop_peer, params, sn); }); s != Status::ok) return s;
+    }
+    progress_until(me, [&] { return me.last_sn == sn; });
+    return Status::ok;
+}
+
+Status am_pong(Side& me, const Params& params, std::uint64_t sn) {
+    progress_until(me, [&] { return me.last_sn == sn; });
+    return retry(me, [&] { return send_am(me, params, sn); });
+}
+
+Status put_ping(Side& me, const Params& params, std::uint64_t sn, Side* loop_peer) {
+    auto arrived = [&](Side& s) {
+        std::uint64_t got;
+        std::memcpy(&got, const_cast<const std::uint8_t*>(s.recv_buf) + params.size - 8, 8);
+        return got == sn;
+    };
+    if (Status s = retry(me, [&] { return send_put(me, params, sn); }); s != Status::ok) return s;
+    if (loop_peer) {
+        progress_until(*loop_peer, [&] { return arrived(*loop_peer); });
+        if (Status s = retry(*loop_peer, [&] { return send_put(*loop_peer, params, sn); }); s != Status::ok) return s;
+    }
+    progress_until(me, [&] { return arrived(me); });
+    return Status::ok;
+}
+
+Status put_pong(Side& me, const Params& params, std::uint64_t sn) {
+    progress_until(me, [&] {
+        std::uint64_t got;
+        std::memcpy(&got, const_cast<const std::uint8_t*>(me.recv_buf) + params.size - 8, 8);
+        return got == sn;
+    });
+    return retry(me, [&] { return send_put(me, params, sn); });
+}
+
+struct GetCompletion : uct::Completion {
+    bool fired = false;
+};
+
+Status get_one(Side& me, const Params& params, Side* loop_peer) {
+    GetCompletion comp;
+    comp.func = [](uct::Completion* c) { static_cast<GetCompletion*>(c)->fired = true; };
+    comp.count = 1;
+    comp.status = Status::ok;
+    Status s;
+    if (params.layout == DataLayout::bcopy) {
+        s = retry(me, [&] {
+            return uct::ep_get_bcopy(
+                me.ep, [](void* arg, const void* data, std::size_t n) { std::memcpy(arg, data, n); }, me.recv_buf,
+                params.size, me.peer_recv_addr, me.peer_rkey.rkey, &comp);
+        });
+    } else {
+        uct::Iov iov{me.recv_buf, params.size, me.recv_memh};
+        s = retry(me, [&] { return uct::ep_get_zcopy(me.ep, &iov, 1, me.peer_recv_addr, me.peer_rkey.rkey, &comp); });
+    }
+    if (s == Status::in_progress) {
+        while (!comp.fired) {
+            me.worker.progress();
+            if (loop_peer) loop_peer->worker.progress();
+        }
+        s = comp.status;
+    }
+    return s;
+}
+
+/**
+ * am_bw target: progresses once and returns credits in batches of half a window (and
+ * for the last message), so the initiator never has more than a window in flight.
+ */
+Status credit_step(Side& me, const Params& params) {
+    me.worker.progress();
+    std::uint64_t window = params.outstanding ? params.outstanding : params.window;
+    std::uint64_t total = params.warmup + params.iters;
+    if (me.received == me.credited) return Status::ok;
+    if (me.received >= me.credited + std::max<std::uint64_t>(window / 2, 1) || me.received == total) {
+        std::uint64_t credit = me.received;
+        Status s = uct::ep_am_short(me.ep, kAmCredit, credit, nullptr, 0);
+        if (s == Status::ok) me.credited = credit;
+        return s == Status::no_resource ? Status::ok : s;  // retried on the next step
+    }
+    return Status::ok;
+}
+
+/** The initiator's loop (client, or both roles in loopback mode). */
+Status run_initiator(const Params& params, Side& me, Side* loop_peer, const OutputOptions& out, Report& report) {
+    const std::uint64_t total = params.warmup + params.iters;
+    bool latency = params.test == TestKind::am_lat || params.test == TestKind::put_lat ||
+                   params.test == TestKind::get_lat;
+    std::unique_ptr<Meter> meter;
+    ucs::Ticks t0 = 0;
+    std::uint64_t window = params.outstanding ? params.outstanding : params.window;
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, latency);
+        if (meter) t0 = ucs::get_time();
+        Status s = Status::ok;
+        switch (params.test) {
+        case TestKind::am_lat: s = am_ping(me, params, i, loop_peer); break;
+        case TestKind::put_lat: s = put_ping(me, params, i, loop_peer); break;
+        case TestKind::get_lat:
+        case TestKind::get_bw: s = get_one(me, params, loop_peer); break;
+        case TestKind::am_bw:
+            // Keep at most `window` messages beyond the last credit the receiver returned.
+            while (i >= me.credits_returned + window) {
+                me.worker.progress();
+                if (loop_peer && credit_step(*loop_peer, params) != Status::ok) return Status::io_error;
+            }
+            s = retry(me, [&] {
+                Status r = send_am(me, params, i);
+                if (r == Status::no_resource && loop_peer) loop_peer->worker.progress();
+                return r;
+            });
+            break;
+        case TestKind::put_bw:
+            s = retry(me, [&] {
+                Status r = send_put(me, params, i);
+                if (r == Status::no_resource && loop_peer) loop_peer->worker.progress();
+                return r;
+            });
+            break;
+        }
+        if (s != Status::ok) {
+            LOOM_LOG_ERROR("perftest: iteration {} failed: {}", i, to_string(s));
+            return s;
+        }
+        if (meter) {
+            ucs::Ticks now = ucs::get_time();
+            meter->sample(i - params.warmup, now, now - t0);
+        }
+    }
+    // Bandwidth tests end when the target has everything: wait for the last credit, or flush.
+    if (params.test == TestKind::am_bw) {
+        while (me.credits_returned < total) {
+            me.worker.progress();
+            if (loop_peer && credit_step(*loop_peer, params) != Status::ok) return Status::io_error;
+        }
+    } else if (params.test == TestKind::put_bw) {
+        if (Status s = flush(me); s != Status::ok) return s;
+    }
+    if (meter) meter->finish(params.iters, report);
+    return send_done(me);
+}
+
+/** The target's loop (server). */
+Status run_target(const Params& params, Side& me) {
+    const std::uint64_t total = params.warmup + params.iters;
+    switch (params.test) {
+    case TestKind::am_lat:
+        for (std::uint64_t i = 0; i < total; ++i) {
+            if (Status s = am_pong(me, params, i); s != Status::ok) return s;
+        }
+        break;
+    case TestKind::put_lat:
+        for (std::uint64_t i = 0; i < total; ++i) {
+            if (Status s = put_pong(me, params, i); s != Status::ok) return s;
+        }
+        break;
+    case TestKind::am_bw:
+        while (me.credited < total) {
+            if (Status s = credit_step(me, params); s != Status::ok) return s;
+        }
+        break;
+    default: break;
+    }
+    // Every test ends with the initiator's "done": keep progressing until then (the
+    // target's progress performs put/get for transports that emulate them).
+    progress_until(me, [&] { return me.done; });
+    return flush(me);
+}
+
+}  // namespace
+
+Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report) {
+    Side me;
+    if (Status s = open_side(params, me); s != Status::ok) return s;
+    if (Status s = check_support(params, me); s != Status::ok) return s;
+    if (Status s = setup_buffers(params, me); s != Status::ok) return s;
+
+    if (role == Role::loopback) {
+        Side peer;
+        if (Status s = open_side(params, peer); s != Status::ok) return s;
+        if (Status s = setup_buffers(params, peer); s != Status::ok) return s;
+        if (Status s = connect_side(me, pack_info(peer)); s != Status::ok) return s;
+        if (Status s = connect_side(peer, pack_info(me)); s != Status::ok) return s;
+        print_header(out, params);
+        Status s = run_initiator(params, me, &peer, out, report);
+        if (s == Status::ok) progress_until(peer, [&] { return peer.done; });
+        return s;
+    }
+
+    if (Status s = oob->send_blob(pack_info(me)); s != Status::ok) return s;
+    std::vector<std::uint8_t> peer_info;
+    if (Status s = oob->recv_blob(peer_info); s != Status::ok) return s;
+    if (Status s = connect_side(me, peer_info); s != Status::ok) return s;
+    if (Status s = oob->barrier(); s != Status::ok) return s;
+
+    if (role == Role::client) {
+        print_header(out, params);
+        if (Status s = run_initiator(params, me, nullptr, out, report); s != Status::ok) return s;
+        if (Status s = flush(me); s != Status::ok) return s;
+    } else {
+        if (Status s = run_target(params, me); s != Status::ok) return s;
+    }
+    // Nobody tears down while the other may still need its memory.
+    return oob->barrier();
+}
+
+}  // namespace loom::perftest
