@@ -852,6 +852,7 @@ Status TcpIface::send_incomplete(TcpEp* ep, const iovec* iov, unsigned iovcnt, s
     auto skip = static_cast<std::size_t>(sent);
     std::uint8_t* copy = desc->data;
     unsigned out = 0;
+    bool referenced = false;  // user memory still to be read: the operation is not complete
     for (unsigned i = 0; i < iovcnt; ++i) {
         auto* base = static_cast<std::uint8_t*>(iov[i].iov_base);
         std::size_t len = iov[i].iov_len;
@@ -872,14 +873,17 @@ Status TcpIface::send_incomplete(TcpEp* ep, const iovec* iov, unsigned iovcnt, s
             desc->iov[out - 1].iov_len += len;
         } else {
             desc->iov[out++] = {base, len};
+            referenced = true;
         }
     }
     desc->iovcnt = static_cast<std::uint8_t>(out);
     desc->iov_pos = 0;
-    desc->comp = comp;
+    desc->comp = referenced ? comp : nullptr;
     ep->tx = desc;
     update_poll(ep);
-    return comp != nullptr ? Status::in_progress : Status::ok;
+    if (referenced) return Status::in_progress;
+    // Everything left was copied: done for the caller (its Completion, if any, is not used).
+    return Status::ok;
 }
 
 Status TcpIface::send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* start, std::size_t total,

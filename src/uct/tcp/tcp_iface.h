@@ -59,9 +59,10 @@ public:
     /**
      * Called when sendmsg() of a frame returned @p sent (< the frame size, or -1 with
      * errno). Keeps the unsent bytes in a TxDesc, copying the first @p ncopy iovecs and
-     * referencing the rest, so the frame is committed: returns in_progress when @p comp
-     * will be completed once the frame is written, ok when there is no comp. A socket
-     * error fails the connection and returns its status (nothing was committed).
+     * referencing the rest, so the frame is committed: returns in_progress when user
+     * memory is still referenced (@p comp, which may be null, completes once the frame is
+     * written), ok when everything left was copied. A socket error fails the connection
+     * and returns its status (nothing was committed).
      */
     LOOM_COLD Status send_incomplete(TcpEp* ep, const iovec* iov, unsigned iovcnt, ssize_t sent, unsigned ncopy,
                                      Completion* comp);
