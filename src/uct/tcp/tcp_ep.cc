@@ -160,7 +160,7 @@ Status tcp_am_zcopy(Ep* base, AmId id, const void* header, unsigned header_lengt
     TcpEp* ep = tcp_ep(base);
     std::size_t payload;
     if (LOOM_UNLIKELY(!iov_total(iov, iovcnt, payload) || header_length > kMaxAmZcopyHeader ||
-                      header_length + payload > tcp_iface(ep)->max_am_bcopy())) {
+                      header_length + payload > tcp_iface(ep)->max_am())) {
         return Status::exceeds_limit;
     }
     if (LOOM_UNLIKELY(!ep->can_send() && !ep->can_stage())) return tcp_iface(ep)->not_ready(ep);

@@ -137,6 +137,8 @@ struct RxState {
     std::uint8_t nseg;
     std::uint8_t seg_pos;
     bool ack;                 ///< direct/discard put: answer with put_ack
+    AmId am_id;               ///< direct am: the message's id
+    std::uint8_t* large;      ///< direct am: the buffer the message is received into
     std::uint64_t remaining;  ///< direct/discard: payload bytes still to come
     iovec seg[kMaxIov];       ///< direct: where the payload goes
     alignas(16) std::uint8_t data[];  ///< seg_size bytes

@@ -27,6 +27,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <random>
 
 namespace loom::uct::tcp {
@@ -229,6 +230,7 @@ TcpIface::~TcpIface() {
     }
     --defer_free_;
     while (TcpEp* ep = zombies_.pop_front()) free_ep(ep);
+    std::free(spare_large_);
     if (listen_fd_ >= 0) {
         (void)epoll_.remove(listen_fd_);
         ::close(listen_fd_);
@@ -241,7 +243,7 @@ Status TcpIface::query(IfaceAttr& attr) const {
                      kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
                      kCapConnectToIface | kCapErrHandlingPeerFailure | kCapEventRecv;
     std::size_t max_bcopy = max_am_bcopy();
-    attr.am = {.max_short = max_short_, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = max_bcopy,
+    attr.am = {.max_short = max_short_, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = config_.max_am,
                .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = kMaxAmZcopyHeader};
     attr.put = {.max_short = max_short_, .max_bcopy = seg_size_, .min_zcopy = 0, .max_zcopy = kMaxRmaFrame,
                 .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = 0};
@@ -1047,7 +1049,10 @@ void TcpIface::ep_destroy(Ep* base) {
 }
 
 void TcpIface::free_ep(TcpEp* ep) {
-    if (ep->rx != nullptr) rx_pool_.put(ep->rx);
+    if (ep->rx != nullptr) {
+        if (ep->rx->mode == kRxDirect && ep->rx->frame == FrameType::am) put_large_buffer(ep->rx->large);
+        rx_pool_.put(ep->rx);
+    }
     delete ep->cold;
     delete ep;
 }

@@ -103,6 +103,7 @@ public:
     std::size_t seg_size() const { return seg_size_; }
     std::size_t max_short() const { return max_short_; }
     std::size_t max_am_bcopy() const { return seg_size_ - sizeof(FrameHeader); }
+    std::size_t max_am() const { return config_.max_am; }
     TcpMd* tcp_md() const { return md_; }
 
     /** Ep flush (see tcp_ep.cc); exposed for iface_flush. */
@@ -156,6 +157,8 @@ private:
     bool parse_frames(TcpEp* ep);
     bool rx_direct(TcpEp* ep);
     void finish_direct(TcpEp* ep);
+    std::uint8_t* get_large_buffer();
+    void put_large_buffer(std::uint8_t* buf);
     bool handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
                         std::size_t* consumed);
     bool handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
@@ -188,6 +191,7 @@ private:
     unsigned ntimed_ = 0;      ///< connections with kEpTimed
     unsigned defer_free_ = 0;  ///< > 0 while callbacks run: destroyed eps become zombies
     bool epoll_failed_ = false;
+    std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
     ucs::Ticks conn_timeout_ticks_ = 0;
     ucs::Ticks retry_interval_ticks_ = 0;
 };

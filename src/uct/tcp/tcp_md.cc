@@ -9,6 +9,7 @@
  * key id and cookie.
  */
 #include "uct/tcp/tcp_md.h"
+#include "uct/tcp/tcp_ep.h"
 #include "uct/tcp/tcp_iface.h"
 
 #include "uct/tcp/tcp_log.h"
@@ -57,6 +58,11 @@ const RegisteredTable<TcpConfig>& make_table() {
                   "Largest frame that passes through a connection's receive buffer: bounds am_bcopy, "
                   "am_zcopy, put_bcopy and get_bcopy. Each connection holds one receive buffer of this size.",
                   &TcpConfig::seg_size, SizeParser()),
+            field("MAX_AM_SIZE", "4m",
+                  "Largest active message (header and payload of am_zcopy). Messages larger than "
+                  "LOOM_TCP_SEG_SIZE are received straight into a buffer of their own, allocated when the "
+                  "first one arrives and kept for the next.",
+                  &TcpConfig::max_am, SizeParser()),
             field("CONN_RETRIES", "3",
                   "How often a refused connection attempt is retried before the endpoint fails.",
                   &TcpConfig::conn_retries, IntParser<unsigned>().range(0, 255)),
@@ -161,6 +167,11 @@ Result<std::unique_ptr<Iface>> TcpMd::iface_open(const TlResource& resource, Wor
     if (Status s = ucs::config::fill(g_table, config, params.config_overrides); s != Status::ok) return s;
     if (config.seg_size < kMinSegSize || config.seg_size > kMaxSegSize) {
         LOOM_LOG_ERROR("LOOM_TCP_SEG_SIZE={} is out of range ({}..{})", config.seg_size, kMinSegSize, kMaxSegSize);
+        return Status::invalid_config;
+    }
+    if (config.max_am < config.seg_size - sizeof(FrameHeader) || config.max_am > kMaxRmaFrame) {
+        LOOM_LOG_ERROR("LOOM_TCP_MAX_AM_SIZE={} is out of range ({}..{})", config.max_am,
+                       config.seg_size - sizeof(FrameHeader), kMaxRmaFrame);
         return Status::invalid_config;
     }
     for (const NetDevice& dev : list_devices()) {

@@ -27,6 +27,7 @@ struct TcpConfig {
     std::size_t rcvbuf = 0;
     bool nodelay = true;
     std::size_t seg_size = 0;        ///< largest frame carried through the receive buffer
+    std::size_t max_am = 0;          ///< largest active message (am_zcopy beyond seg_size streams)
     unsigned conn_retries = 0;
     std::chrono::nanoseconds conn_retry_interval{};
     std::chrono::nanoseconds conn_timeout{};

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace loom::uct::tcp {
@@ -115,8 +116,31 @@ bool TcpIface::parse_frames(TcpEp* ep) {
         std::size_t avail = length - offset - sizeof(fh);
         if (LOOM_LIKELY(fh.type == FrameType::am)) {
             if (LOOM_UNLIKELY(fh.length > seg_size_ - sizeof(FrameHeader))) {
-                malformed(ep, "active message longer than the segment size", fh.length);
-                return false;
+                // Larger than the receive buffer: streamed into a buffer of its own.
+                if (fh.length > config_.max_am) {
+                    malformed(ep, "active message longer than LOOM_TCP_MAX_AM_SIZE", fh.length);
+                    return false;
+                }
+                std::uint8_t* large = get_large_buffer();
+                if (large == nullptr) {
+                    LOOM_LOG_ERROR("tcp/{}: no memory for a {}-byte active message from {}", device_.name, fh.length,
+                                   peer_name(ep));
+                    fail(ep, Status::no_memory);
+                    return false;
+                }
+                std::size_t have = std::min<std::size_t>(avail, fh.length);
+                std::memcpy(large, payload, have);
+                offset += sizeof(fh) + have;
+                rx->mode = kRxDirect;
+                rx->frame = FrameType::am;
+                rx->am_id = fh.arg;
+                rx->large = large;
+                rx->seg[0] = {large + have, fh.length - have};
+                rx->nseg = 1;
+                rx->seg_pos = 0;
+                rx->remaining = fh.length - have;  // > 0: the buffer cannot hold the whole message
+                more = false;
+                break;
             }
             if (avail < fh.length) break;
             (void)invoke_am(fh.arg, payload, fh.length, 0);
@@ -445,6 +469,14 @@ void TcpIface::finish_direct(TcpEp* ep) {
     RxState* rx = ep->rx;
     rx->mode = kRxFrames;
     Status status = status_from_wire(rx->status);
+    if (rx->frame == FrameType::am) {
+        std::uint8_t* large = rx->large;
+        rx->large = nullptr;
+        std::size_t length = static_cast<std::size_t>(static_cast<std::uint8_t*>(rx->seg[0].iov_base) - large);
+        (void)invoke_am(rx->am_id, large, length, 0);
+        put_large_buffer(large);
+        return;
+    }
     if (rx->frame == FrameType::get_rep) {
         ReqDesc* req = ep->outstanding.pop_front();
         complete_req(ep, req, Status::ok);
@@ -458,6 +490,20 @@ void TcpIface::finish_direct(TcpEp* ep) {
         (void)send_reply(ep, FrameType::nack, status, static_cast<std::uint8_t>(FrameType::put), nullptr, 0, false);
     }
     rx->status = status_to_wire(Status::ok);
+}
+
+std::uint8_t* TcpIface::get_large_buffer() {
+    std::uint8_t* buf = spare_large_;
+    spare_large_ = nullptr;
+    return buf != nullptr ? buf : static_cast<std::uint8_t*>(std::malloc(config_.max_am));
+}
+
+void TcpIface::put_large_buffer(std::uint8_t* buf) {
+    if (spare_large_ == nullptr) {
+        spare_large_ = buf;
+    } else {
+        std::free(buf);
+    }
 }
 
 }  // namespace loom::uct::tcp

@@ -182,7 +182,7 @@ TEST_F(TcpTest, MalformedFramesCloseTheConnectionWithOneLogLine) {
     };
     std::vector<Case> cases = {
         {"bad magic", {0x11, tcp::FrameType::am, kAmId, 0, 0}, "bad frame magic"},
-        {"am too long", {tcp::kFrameMagic, tcp::FrameType::am, kAmId, 0, 1u << 30}, "longer than the segment size"},
+        {"am too long", {tcp::kFrameMagic, tcp::FrameType::am, kAmId, 0, 1u << 30}, "longer than LOOM_TCP_MAX_AM_SIZE"},
         {"unknown request type", {tcp::kFrameMagic, static_cast<tcp::FrameType>(9), 0, 0, 0}, "unknown frame type"},
         {"unknown reply type", {tcp::kFrameMagic, static_cast<tcp::FrameType>(99), 0, 0, 0}, "unknown frame type"},
         {"unsolicited reply", {tcp::kFrameMagic, tcp::FrameType::put_ack, 0, 0, 0}, "without a matching request"},
@@ -423,6 +423,41 @@ TEST_F(TcpTest, SendsBeforeTheConnectionIsUpAreStagedInOrder) {
     if (first > 0) {
         EXPECT_EQ(big, got.messages[5]);
     }
+}
+
+TEST_F(TcpTest, LargeActiveMessagesStreamIntoABufferOfTheirOwn) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    const IfaceAttr& attr = sender_->attr();
+    ASSERT_GT(attr.am.max_zcopy, attr.am.max_bcopy);
+    std::vector<std::size_t> sizes = {attr.am.max_bcopy + 1, 1u << 20, attr.am.max_zcopy - 16, 100};
+    std::vector<std::vector<std::uint8_t>> sent;
+    for (std::size_t size : sizes) {
+        std::vector<std::uint8_t> data(size);
+        for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<std::uint8_t>(i * 7 + size);
+        std::uint64_t header = size;
+        Iov iov[2] = {{data.data(), size / 2, kMemHNull}, {data.data() + size / 2, size - size / 2, kMemHNull}};
+        CountingCompletion comp;
+        Status s;
+        while ((s = ep_am_zcopy(ep, kAmId, &header, sizeof(header), iov, 2, 0, &comp)) == Status::no_resource) {
+            progress();
+        }
+        ASSERT_TRUE(s == Status::ok || s == Status::in_progress) << to_string(s);
+        if (s == Status::in_progress) {
+            ASSERT_TRUE(wait_for([&] { return comp.fired == 1; }));
+        }
+        std::vector<std::uint8_t> whole(reinterpret_cast<std::uint8_t*>(&header),
+                                        reinterpret_cast<std::uint8_t*>(&header) + sizeof(header));
+        whole.insert(whole.end(), data.begin(), data.end());
+        sent.push_back(std::move(whole));
+    }
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == sizes.size(); }));
+    for (std::size_t i = 0; i < sizes.size(); ++i) EXPECT_TRUE(sent[i] == got.messages[i]) << "message " << i;
+    // Beyond the limit: refused at the sender.
+    std::vector<std::uint8_t> too_big(attr.am.max_zcopy + 1);
+    Iov iov{too_big.data(), too_big.size(), kMemHNull};
+    EXPECT_EQ(Status::exceeds_limit, ep_am_zcopy(ep, kAmId, nullptr, 0, &iov, 1, 0, nullptr));
 }
 
 TEST_F(TcpTest, FlushWaitsForTheTarget) {
