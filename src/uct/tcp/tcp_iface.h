@@ -86,8 +86,8 @@ public:
     /** Marks @p ep failed with @p status; teardown and on_error happen at the end of progress. */
     LOOM_COLD void fail(TcpEp* ep, Status status);
 
-    /** Reads and handles what arrived on @p ep. */
-    void rx_progress(TcpEp* ep);
+    /** Reads and handles what arrived on @p ep; true when something was read. */
+    bool rx_progress(TcpEp* ep);
 
     /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
     std::size_t num_connections() const { return conns_.length(); }
@@ -152,6 +152,7 @@ private:
     void free_ep(TcpEp* ep);
     unsigned dispatch_pending();
     void untime(TcpEp* ep);
+    void update_hot();
 
     // rx (tcp_rx.cc)
     bool parse_frames(TcpEp* ep);
@@ -191,7 +192,11 @@ private:
     unsigned ntimed_ = 0;      ///< connections with kEpTimed
     unsigned defer_free_ = 0;  ///< > 0 while callbacks run: destroyed eps become zombies
     bool epoll_failed_ = false;
+    unsigned nconns_ = 0;        ///< length of conns_
+    TcpEp* hot_ = nullptr;       ///< the only connection, when it is established and idle-sending: read directly
+    unsigned poll_tick_ = 0;     ///< counts direct reads between full polls
     std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
+    double link_bandwidth_ = 1e9;  ///< bytes/s of a non-loopback device
     ucs::Ticks conn_timeout_ticks_ = 0;
     ucs::Ticks retry_interval_ticks_ = 0;
 };

@@ -35,6 +35,8 @@ namespace loom::uct::tcp {
 namespace {
 
 constexpr unsigned kMaxReadsPerEvent = 4;
+/** Headers of the largest streamed frame (a put): what is read first after a streamed frame. */
+constexpr std::size_t kLargeHeaders = sizeof(FrameHeader) + sizeof(RmaHeader);
 
 /** The operation a request frame, or the reply to it, belongs to. */
 const char* op_name(FrameType type) {
@@ -70,33 +72,40 @@ T apply_atomic(AtomicOp op, T* addr, T value, T compare) {
 
 }  // namespace
 
-void TcpIface::rx_progress(TcpEp* ep) {
+bool TcpIface::rx_progress(TcpEp* ep) {
     RxState* rx = ep->rx;
     for (unsigned i = 0; i < kMaxReadsPerEvent; ++i) {
         if (rx->mode != kRxFrames) {
-            if (!rx_direct(ep)) return;
+            if (!rx_direct(ep)) return true;
             continue;
         }
         std::size_t room = seg_size_ - rx->length;
+        if (LOOM_UNLIKELY(rx->expect_large)) {
+            // After a streamed frame another one is likely: take its headers alone, so its
+            // payload goes straight to its destination instead of through this buffer.
+            rx->expect_large = false;
+            if (rx->length < kLargeHeaders) room = kLargeHeaders - rx->length;
+        }
         ssize_t n = ::recv(ep->fd, rx->data + rx->length, room, MSG_DONTWAIT);
         if (LOOM_UNLIKELY(n <= 0)) {
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return i > 0;
             int err = n < 0 ? errno : 0;
             LOOM_LOG_DIAG("tcp/{}: {} {}", device_.name, peer_name(ep),
                           err ? std::string("failed: ") + std::strerror(err) : std::string("closed the connection"));
             fail(ep, err == 0 || err == EPIPE || err == ECONNRESET ? Status::connection_reset
                                                                     : (err == ETIMEDOUT ? Status::peer_timeout
                                                                                         : Status::io_error));
-            return;
+            return true;
         }
         rx->length += static_cast<std::uint32_t>(n);
         if (!parse_frames(ep)) {
             // A payload to stream is likely already in the socket: read it now.
             if (rx->mode != kRxFrames && ep->state == ConnState::connected) continue;
-            return;
+            return true;
         }
-        if (static_cast<std::size_t>(n) < room) return;  // the socket is drained
+        if (static_cast<std::size_t>(n) < room) return true;  // the socket is drained
     }
+    return true;
 }
 
 bool TcpIface::parse_frames(TcpEp* ep) {
@@ -433,7 +442,10 @@ bool TcpIface::rx_direct(TcpEp* ep) {
     RxState* rx = ep->rx;
     while (rx->remaining > 0) {
         ssize_t n;
-        if (rx->mode == kRxDirect) {
+        if (rx->mode == kRxDirect && rx->nseg - rx->seg_pos == 1) {
+            // One destination (a put, a large message): recv() spares the kernel the iovec import.
+            n = ::recv(ep->fd, rx->seg[rx->seg_pos].iov_base, rx->seg[rx->seg_pos].iov_len, MSG_DONTWAIT);
+        } else if (rx->mode == kRxDirect) {
             msghdr msg{};
             msg.msg_iov = rx->seg + rx->seg_pos;
             msg.msg_iovlen = rx->nseg - rx->seg_pos;
@@ -468,6 +480,7 @@ bool TcpIface::rx_direct(TcpEp* ep) {
 void TcpIface::finish_direct(TcpEp* ep) {
     RxState* rx = ep->rx;
     rx->mode = kRxFrames;
+    rx->expect_large = rx->frame != FrameType::get_rep || rx->nseg == 1;
     Status status = status_from_wire(rx->status);
     if (rx->frame == FrameType::am) {
         std::uint8_t* large = rx->large;
