@@ -1,0 +1,204 @@
+/**
+ * The tcp iface: a listening socket on one network device, an epoll set over it and
+ * every connection of the iface, and the progress function that drives them.
+ */
+#pragma once
+
+#include "uct/api/uct.h"
+#include "uct/tcp/tcp_ep.h"
+#include "uct/tcp/tcp_md.h"
+
+#include "ucs/async/event_set.h"
+#include "ucs/datastruct/list.h"
+#include "ucs/memory/mem_pool.h"
+#include "ucs/time/clock.h"
+
+#include <netinet/in.h>
+
+#include <string>
+
+namespace loom::uct::tcp {
+
+/** Cold per-connection state: callbacks, the peer's address, timers, errors. */
+struct EpCold {
+    void (*on_error)(void* arg, Ep* ep, Status status) = nullptr;
+    void* on_error_arg = nullptr;
+    sockaddr_in peer{};            ///< active: the peer iface's listening address; passive: the remote socket
+    std::uint64_t peer_cookie = 0; ///< active: the cookie of the peer iface
+    Status error = Status::ok;     ///< why the connection failed
+    Status sticky = Status::ok;    ///< first rejected posted operation since the last remote flush
+    ucs::Ticks deadline = 0;       ///< connecting/handshake: give up after this
+    ucs::Ticks retry_at = 0;       ///< connecting with fd == -1: reconnect at this time
+    ucs::Queue<ReplyDesc, &ReplyDesc::link> replies;  ///< replies waiting for tx, in order
+};
+
+class TcpIface final : public Iface {
+public:
+    /** Opens the listening socket and the epoll set; the result's status says why not. */
+    static Result<std::unique_ptr<Iface>> open(TcpMd* md, Worker* worker, const TlResource& resource,
+                                               const NetDevice& device, const TcpConfig& config);
+    ~TcpIface() override;
+
+    Status query(IfaceAttr& attr) const override;
+    Status get_device_address(std::uint8_t* out) const override;
+    Status get_address(std::uint8_t* out) const override;
+    bool is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
+                      std::size_t iface_addr_len, std::string* reason) const override;
+    Result<Ep*> ep_create(const EpParams& params) override;
+    void ep_destroy(Ep* ep) override;
+    Result<int> event_fd() override;
+
+    // --- used by the data path (tcp_ep.cc, tcp_rx.cc) ----------------------------------
+
+    /** Handles ready sockets, failures, timeouts and pending requests; returns events handled. */
+    unsigned progress();
+
+    /** Writes more of @p ep's partial frame; completes it when done. */
+    void tx_progress(TcpEp* ep);
+
+    /**
+     * Called when sendmsg() of a frame returned @p sent (< the frame size, or -1 with
+     * errno). Keeps the unsent bytes in a TxDesc, copying the first @p ncopy iovecs and
+     * referencing the rest, so the frame is committed: returns in_progress when user
+     * memory is still referenced (@p comp, which may be null, completes once the frame is
+     * written), ok when everything left was copied. A socket error fails the connection
+     * and returns its status (nothing was committed).
+     */
+    LOOM_COLD Status send_incomplete(TcpEp* ep, const iovec* iov, unsigned iovcnt, ssize_t sent, unsigned ncopy,
+                                     Completion* comp);
+
+    /** As send_incomplete, for a frame packed in @p desc at @p start; desc is kept or released. */
+    LOOM_COLD Status send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* start, std::size_t total,
+                                          ssize_t sent);
+
+    /**
+     * Copies a whole frame into @p ep's staging buffer while its connection is being
+     * established; no_resource when it does not fit (or no buffer is available).
+     */
+    LOOM_COLD Status stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total);
+
+    /** Flush with kFlushCancel: completes everything outstanding with canceled and closes the connection. */
+    void cancel(TcpEp* ep);
+
+    /** The status a send returns when @p ep cannot send now (no_resource, or the failure). */
+    LOOM_COLD Status not_ready(TcpEp* ep) const;
+
+    /** Marks @p ep failed with @p status; teardown and on_error happen at the end of progress. */
+    LOOM_COLD void fail(TcpEp* ep, Status status);
+
+    /** Reads and handles what arrived on @p ep; true when something was read. */
+    bool rx_progress(TcpEp* ep);
+
+    /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
+    std::size_t num_connections() const { return conns_.length(); }
+
+    /** Registers the epoll events @p ep needs in its state (a system call only when they change). */
+    void update_poll(TcpEp* ep);
+
+    TxDesc* get_tx_desc() { return static_cast<TxDesc*>(tx_pool_.get()); }
+    void put_tx_desc(TxDesc* desc) { tx_pool_.put(desc); }
+    ReqDesc* get_req_desc() { return static_cast<ReqDesc*>(req_pool_.get()); }
+    void put_req_desc(ReqDesc* desc) { req_pool_.put(desc); }
+
+    std::size_t seg_size() const { return seg_size_; }
+    std::size_t max_short() const { return max_short_; }
+    std::size_t max_am_bcopy() const { return seg_size_ - sizeof(FrameHeader); }
+    std::size_t max_am() const { return config_.max_am; }
+    TcpMd* tcp_md() const { return md_; }
+
+    /** Ep flush (see tcp_ep.cc); exposed for iface_flush. */
+    Status flush_iface(unsigned flags, Completion* comp);
+
+    /** Adds @p ep to the round-robin list of endpoints with pending requests. */
+    void pending_schedule(TcpEp* ep) {
+        if (!ep->pending_link.linked()) pending_eps_.push_back(*ep);
+    }
+
+    /** Removes every pending request of @p ep, calling @p cb for each. */
+    void pending_purge(TcpEp* ep, PendingPurgeCallback cb, void* arg);
+
+    /** Completes every outstanding request of @p ep with @p status. */
+    void fail_outstanding(TcpEp* ep, Status status);
+
+    /** "1.2.3.4:5678 (eth0)" for logs. */
+    std::string peer_name(const TcpEp* ep) const;
+
+private:
+    TcpIface(TcpMd* md, Worker* worker, const TlResource& resource, const NetDevice& device,
+             const TcpConfig& config);
+
+    Status listen(std::uint16_t min_port, std::uint16_t max_port);
+    Status create_pools();
+    Status set_socket_options(int fd, const char* what);
+    Status connect_socket(TcpEp* ep);
+    void connect_failed(TcpEp* ep, int err);
+    void accept_connections();
+    void on_connect_ready(TcpEp* ep);
+    void on_handshake(TcpEp* ep);
+    void on_conn_request(TcpEp* ep);
+    void on_conn_reply(TcpEp* ep);
+    void connection_up(TcpEp* ep);
+    TcpEp* find_conn(std::uint64_t peer_cookie, bool passive, bool connected) const;
+    void adopt(TcpEp* user, TcpEp* accepted);
+    void release_deferred(std::uint64_t peer_cookie);
+    bool send_conn_reply(TcpEp* ep, Status verdict, std::uint64_t source_cookie);
+    void write_replies(TcpEp* ep);
+    LOOM_COLD bool queue_reply(TcpEp* ep, const FrameHeader& fh, const void* data, std::size_t length,
+                               bool copy_data);
+    unsigned progress_slow();
+    void check_timers(ucs::Ticks now);
+    unsigned process_failures();
+    void teardown(TcpEp* ep, Status status);
+    void free_ep(TcpEp* ep);
+    unsigned dispatch_pending();
+    void untime(TcpEp* ep);
+    void update_hot();
+
+    // rx (tcp_rx.cc)
+    bool parse_frames(TcpEp* ep);
+    bool rx_direct(TcpEp* ep);
+    void finish_direct(TcpEp* ep);
+    std::uint8_t* get_large_buffer();
+    void put_large_buffer(std::uint8_t* buf);
+    bool handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
+                        std::size_t* consumed);
+    bool handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
+                      std::size_t* consumed);
+    bool send_reply(TcpEp* ep, FrameType type, Status status, std::uint8_t flags, const void* data,
+                    std::size_t length, bool copy_data);
+    void complete_markers(TcpEp* ep);
+    void complete_req(TcpEp* ep, ReqDesc* req, Status status);
+    LOOM_COLD void malformed(TcpEp* ep, const char* what, unsigned value);
+    LOOM_COLD void log_denied(TcpEp* ep, const char* op, std::uint32_t key_id, std::uint64_t addr,
+                              std::uint64_t length, const char* why);
+
+    TcpMd* md_;
+    NetDevice device_;
+    TcpConfig config_;
+    std::size_t seg_size_;
+    std::size_t max_short_;
+    ucs::EventSet epoll_;
+    int listen_fd_ = -1;
+    sockaddr_in listen_addr_{};
+    std::uint64_t cookie_ = 0;
+    ucs::MemPool tx_pool_;
+    ucs::MemPool req_pool_;
+    ucs::MemPool rx_pool_;
+    ucs::MemPool reply_pool_;
+    ucs::List<TcpEp, &TcpEp::conn_link> conns_;
+    ucs::List<TcpEp, &TcpEp::conn_link> zombies_;
+    ucs::List<TcpEp, &TcpEp::pending_link> pending_eps_;
+    unsigned nfailing_ = 0;    ///< connections with kEpFailPending
+    unsigned ntimed_ = 0;      ///< connections with kEpTimed
+    unsigned defer_free_ = 0;  ///< > 0 while callbacks run: destroyed eps become zombies
+    bool epoll_failed_ = false;
+    unsigned nconns_ = 0;        ///< length of conns_
+    TcpEp* hot_ = nullptr;       ///< the only connection, when it is established and idle-sending: read directly
+    unsigned poll_tick_ = 0;     ///< counts direct reads between full polls
+    std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
+    double link_bandwidth_ = 1e9;  ///< bytes/s of a non-loopback device
+    ucs::Ticks conn_timeout_ticks_ = 0;
+    ucs::Ticks retry_interval_ticks_ = 0;
+};
+
+}  // namespace loom::uct::tcp

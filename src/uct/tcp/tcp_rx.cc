@@ -1,0 +1,522 @@
+/**
+ * tcp receive side: reading a connection, parsing frames, executing requests (the
+ * target's half of put/get/atomics) and matching replies (the initiator's half).
+ *
+ * A connection reads into its receive buffer and handles every whole frame in place:
+ * active messages call the handler on the buffer, requests are executed and answered.
+ * A put or get reply larger than what is buffered streams its payload straight into its
+ * destination (recv into the target region or the get_zcopy iovs): the large-transfer
+ * path copies once, like a plain socket.
+ *
+ * Every header is checked before it is acted on: the magic, a type valid for the
+ * direction, the length against the type's limit. A violation fails the connection with
+ * malformed_packet and one log line. Remote accesses are checked against the target
+ * md's key table (TcpMd::check_access); a refused one touches no memory, is logged once
+ * here and answered with access_denied (in the reply, or a nack for posted operations).
+ *
+ * Requests are answered on the connection they came in on. A reply that finds the
+ * connection's tx busy (a frame of the local endpoint, or an earlier reply, still being
+ * written) waits in the connection's reply queue and goes out before the endpoint may
+ * send again. Reading never stops for it: when both sides of a shared connection are
+ * writing large frames at once, each keeps reading what the other writes, so neither
+ * can block the other.
+ */
+#include "uct/tcp/tcp_iface.h"
+#include "uct/tcp/tcp_log.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace loom::uct::tcp {
+
+namespace {
+
+constexpr unsigned kMaxReadsPerEvent = 4;
+/** Headers of the largest streamed frame (a put): what is read first after a streamed frame. */
+constexpr std::size_t kLargeHeaders = sizeof(FrameHeader) + sizeof(RmaHeader);
+
+/** The operation a request frame, or the reply to it, belongs to. */
+const char* op_name(FrameType type) {
+    switch (type) {
+    case FrameType::am: return "active message";
+    case FrameType::put:
+    case FrameType::put_ack: return "put";
+    case FrameType::get_req:
+    case FrameType::get_rep: return "get";
+    case FrameType::atomic_req:
+    case FrameType::atomic_rep: return "atomic";
+    case FrameType::flush_req:
+    case FrameType::flush_ack: return "flush";
+    case FrameType::nack: return "posted operation";
+    }
+    return "unknown operation";
+}
+
+template <typename T>
+T apply_atomic(AtomicOp op, T* addr, T value, T compare) {
+    switch (op) {
+    case AtomicOp::add: return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
+    case AtomicOp::and_: return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
+    case AtomicOp::or_: return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
+    case AtomicOp::xor_: return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
+    case AtomicOp::swap: return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
+    case AtomicOp::cswap:
+        __atomic_compare_exchange_n(addr, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+        return compare;  // the previous value, whether or not it was swapped
+    }
+    return 0;
+}
+
+}  // namespace
+
+bool TcpIface::rx_progress(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    for (unsigned i = 0; i < kMaxReadsPerEvent; ++i) {
+        if (rx->mode != kRxFrames) {
+            if (!rx_direct(ep)) return true;
+            continue;
+        }
+        std::size_t room = seg_size_ - rx->length;
+        if (LOOM_UNLIKELY(rx->expect_large)) {
+            // After a streamed frame another one is likely: take its headers alone, so its
+            // payload goes straight to its destination instead of through this buffer.
+            rx->expect_large = false;
+            if (rx->length < kLargeHeaders) room = kLargeHeaders - rx->length;
+        }
+        ssize_t n = ::recv(ep->fd, rx->data + rx->length, room, MSG_DONTWAIT);
+        if (LOOM_UNLIKELY(n <= 0)) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return i > 0;
+            int err = n < 0 ? errno : 0;
+            LOOM_LOG_DIAG("tcp/{}: {} {}", device_.name, peer_name(ep),
+                          err ? std::string("failed: ") + std::strerror(err) : std::string("closed the connection"));
+            fail(ep, err == 0 || err == EPIPE || err == ECONNRESET ? Status::connection_reset
+                                                                    : (err == ETIMEDOUT ? Status::peer_timeout
+                                                                                        : Status::io_error));
+            return true;
+        }
+        rx->length += static_cast<std::uint32_t>(n);
+        if (!parse_frames(ep)) {
+            // A payload to stream is likely already in the socket: read it now.
+            if (rx->mode != kRxFrames && ep->state == ConnState::connected) continue;
+            return true;
+        }
+        if (static_cast<std::size_t>(n) < room) return true;  // the socket is drained
+    }
+    return true;
+}
+
+bool TcpIface::parse_frames(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    std::uint8_t* buf = rx->data;
+    std::size_t length = rx->length;
+    std::size_t offset = 0;
+    bool more = true;
+    while (length - offset >= sizeof(FrameHeader)) {
+        FrameHeader fh;
+        std::memcpy(&fh, buf + offset, sizeof(fh));
+        if (LOOM_UNLIKELY(fh.magic != kFrameMagic)) {
+            malformed(ep, "bad frame magic", fh.magic);
+            return false;
+        }
+        std::uint8_t* payload = buf + offset + sizeof(fh);
+        std::size_t avail = length - offset - sizeof(fh);
+        if (LOOM_LIKELY(fh.type == FrameType::am)) {
+            if (LOOM_UNLIKELY(fh.length > seg_size_ - sizeof(FrameHeader))) {
+                // Larger than the receive buffer: streamed into a buffer of its own.
+                if (fh.length > config_.max_am) {
+                    malformed(ep, "active message longer than LOOM_TCP_MAX_AM_SIZE", fh.length);
+                    return false;
+                }
+                std::uint8_t* large = get_large_buffer();
+                if (large == nullptr) {
+                    LOOM_LOG_ERROR("tcp/{}: no memory for a {}-byte active message from {}", device_.name, fh.length,
+                                   peer_name(ep));
+                    fail(ep, Status::no_memory);
+                    return false;
+                }
+                std::size_t have = std::min<std::size_t>(avail, fh.length);
+                std::memcpy(large, payload, have);
+                offset += sizeof(fh) + have;
+                rx->mode = kRxDirect;
+                rx->frame = FrameType::am;
+                rx->am_id = fh.arg;
+                rx->large = large;
+                rx->seg[0] = {large + have, fh.length - have};
+                rx->nseg = 1;
+                rx->seg_pos = 0;
+                rx->remaining = fh.length - have;  // > 0: the buffer cannot hold the whole message
+                more = false;
+                break;
+            }
+            if (avail < fh.length) break;
+            (void)invoke_am(fh.arg, payload, fh.length, 0);
+            offset += sizeof(fh) + fh.length;
+            if (LOOM_UNLIKELY(ep->state != ConnState::connected)) return false;  // the handler destroyed it
+            continue;
+        }
+        std::size_t consumed = 0;
+        more = static_cast<std::uint8_t>(fh.type) < static_cast<std::uint8_t>(FrameType::put_ack)
+                   ? handle_request(ep, fh, payload, avail, &consumed)
+                   : handle_reply(ep, fh, payload, avail, &consumed);
+        offset += consumed;
+        if (!more || consumed == 0) break;
+    }
+    if (ep->state != ConnState::connected) return false;
+    if (offset > 0) {
+        std::memmove(buf, buf + offset, length - offset);
+        rx->length = static_cast<std::uint32_t>(length - offset);
+    }
+    return more && rx->mode == kRxFrames;
+}
+
+bool TcpIface::send_reply(TcpEp* ep, FrameType type, Status status, std::uint8_t flags, const void* data,
+                          std::size_t length, bool copy_data) {
+    FrameHeader fh{kFrameMagic, type, status_to_wire(status), flags, static_cast<std::uint32_t>(length)};
+    if (LOOM_UNLIKELY(ep->tx != nullptr)) return queue_reply(ep, fh, data, length, copy_data);
+    iovec iov[2] = {{&fh, sizeof(fh)}, {const_cast<void*>(data), length}};
+    std::size_t iovcnt = length ? 2 : 1;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = iovcnt;
+    ssize_t n = ::sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (LOOM_LIKELY(static_cast<std::size_t>(n) == sizeof(fh) + length)) return true;
+    Status s = send_incomplete(ep, iov, static_cast<unsigned>(iovcnt), n, copy_data ? 2 : 1, nullptr);
+    return !is_error(s);
+}
+
+void TcpIface::log_denied(TcpEp* ep, const char* op, std::uint32_t key_id, std::uint64_t addr,
+                          std::uint64_t length, const char* why) {
+    LOOM_LOG_WARN("tcp/{}: refused a remote {} from {}: key {} address {:#x} length {}: {}", device_.name, op,
+                  peer_name(ep), key_id, addr, length, why);
+}
+
+void TcpIface::malformed(TcpEp* ep, const char* what, unsigned value) {
+    LOOM_LOG_WARN("tcp/{}: malformed frame from {}: {} ({}); closing the connection", device_.name, peer_name(ep),
+                  what, value);
+    fail(ep, Status::malformed_packet);
+}
+
+// --- target side -----------------------------------------------------------------------------
+
+bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
+                              std::size_t* consumed) {
+    switch (fh.type) {
+    case FrameType::put: {
+        if (LOOM_UNLIKELY(fh.length < sizeof(RmaHeader) || fh.length > kMaxRmaFrame + sizeof(RmaHeader))) {
+            malformed(ep, "put frame length out of range", fh.length);
+            return false;
+        }
+        if (avail < sizeof(RmaHeader)) return true;
+        RmaHeader rma;
+        std::memcpy(&rma, payload, sizeof(rma));
+        std::size_t size = fh.length - sizeof(RmaHeader);
+        std::size_t have = std::min(avail - sizeof(RmaHeader), size);
+        const char* why = nullptr;
+        bool ack = (fh.flags & kFlagAckReq) != 0;
+        RxState* rx = ep->rx;
+        if (LOOM_LIKELY(md_->check_access(rma.key_id, rma.cookie, rma.remote_addr, size, kAccessRemotePut, &why))) {
+            auto* dest = reinterpret_cast<std::uint8_t*>(rma.remote_addr);
+            if (have > 0) std::memcpy(dest, payload + sizeof(RmaHeader), have);
+            *consumed = sizeof(FrameHeader) + sizeof(RmaHeader) + have;
+            if (have < size) {
+                rx->mode = kRxDirect;
+                rx->frame = FrameType::put;
+                rx->status = status_to_wire(Status::ok);
+                rx->ack = ack;
+                rx->seg[0] = {dest + have, size - have};
+                rx->nseg = 1;
+                rx->seg_pos = 0;
+                rx->remaining = size - have;
+                return false;
+            }
+            return ack ? send_reply(ep, FrameType::put_ack, Status::ok, 0, nullptr, 0, false) : true;
+        }
+        log_denied(ep, "put", rma.key_id, rma.remote_addr, size, why);
+        *consumed = sizeof(FrameHeader) + sizeof(RmaHeader) + have;
+        if (have < size) {
+            rx->mode = kRxDiscard;
+            rx->frame = FrameType::put;
+            rx->status = status_to_wire(Status::access_denied);
+            rx->ack = ack;
+            rx->remaining = size - have;
+            return false;
+        }
+        return ack ? send_reply(ep, FrameType::put_ack, Status::access_denied, 0, nullptr, 0, false)
+                   : send_reply(ep, FrameType::nack, Status::access_denied,
+                                static_cast<std::uint8_t>(FrameType::put), nullptr, 0, false);
+    }
+    case FrameType::get_req: {
+        if (LOOM_UNLIKELY(fh.length != sizeof(RmaHeader))) {
+            malformed(ep, "get request length", fh.length);
+            return false;
+        }
+        if (avail < sizeof(RmaHeader)) return true;
+        RmaHeader rma;
+        std::memcpy(&rma, payload, sizeof(rma));
+        *consumed = sizeof(FrameHeader) + sizeof(RmaHeader);
+        const char* why = nullptr;
+        if (LOOM_LIKELY(md_->check_access(rma.key_id, rma.cookie, rma.remote_addr, rma.length, kAccessRemoteGet,
+                                          &why))) {
+            // The reply is written from the registered memory itself (no copy).
+            return send_reply(ep, FrameType::get_rep, Status::ok, 0, reinterpret_cast<void*>(rma.remote_addr),
+                              rma.length, false);
+        }
+        log_denied(ep, "get", rma.key_id, rma.remote_addr, rma.length, why);
+        return send_reply(ep, FrameType::get_rep, Status::access_denied, 0, nullptr, 0, false);
+    }
+    case FrameType::atomic_req: {
+        if (LOOM_UNLIKELY(fh.length != sizeof(AtomicHeader) || fh.arg > static_cast<std::uint8_t>(AtomicOp::cswap))) {
+            malformed(ep, "atomic request length or operation", fh.length);
+            return false;
+        }
+        if (avail < sizeof(AtomicHeader)) return true;
+        AtomicHeader at;
+        std::memcpy(&at, payload, sizeof(at));
+        *consumed = sizeof(FrameHeader) + sizeof(AtomicHeader);
+        auto op = static_cast<AtomicOp>(fh.arg);
+        std::size_t size = (fh.flags & kFlag32) ? 4 : 8;
+        const char* why = "misaligned address";
+        std::uint64_t old = 0;
+        Status status = Status::access_denied;
+        if (at.rma.remote_addr % size == 0 &&
+            md_->check_access(at.rma.key_id, at.rma.cookie, at.rma.remote_addr, size, kAccessRemoteAtomic, &why)) {
+            if (size == 4) {
+                old = apply_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(at.rma.remote_addr),
+                                                  static_cast<std::uint32_t>(at.value),
+                                                  static_cast<std::uint32_t>(at.compare));
+            } else {
+                old = apply_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(at.rma.remote_addr), at.value,
+                                                  at.compare);
+            }
+            status = Status::ok;
+        } else {
+            log_denied(ep, "atomic", at.rma.key_id, at.rma.remote_addr, size, why);
+        }
+        if (fh.flags & kFlagFetch) {
+            return send_reply(ep, FrameType::atomic_rep, status, 0, &old, status == Status::ok ? sizeof(old) : 0, true);
+        }
+        if (status != Status::ok) {
+            return send_reply(ep, FrameType::nack, status, static_cast<std::uint8_t>(FrameType::atomic_req), nullptr,
+                              0, false);
+        }
+        return true;
+    }
+    case FrameType::flush_req:
+        if (LOOM_UNLIKELY(fh.length != 0)) {
+            malformed(ep, "flush request length", fh.length);
+            return false;
+        }
+        *consumed = sizeof(FrameHeader);
+        // Every earlier request of this connection was executed: answer at once.
+        return send_reply(ep, FrameType::flush_ack, Status::ok, 0, nullptr, 0, false);
+    default:
+        malformed(ep, "unknown frame type", static_cast<unsigned>(fh.type));
+        return false;
+    }
+}
+
+// --- initiator side ------------------------------------------------------------------------------
+
+void TcpIface::complete_req(TcpEp* ep, ReqDesc* req, Status status) {
+    (void)ep;
+    Completion* comp = req->comp;
+    put_req_desc(req);
+    if (comp != nullptr) completion_update(comp, status);
+}
+
+bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payload, std::size_t avail,
+                            std::size_t* consumed) {
+    Status status = status_from_wire(fh.arg);
+    if (fh.type == FrameType::nack) {
+        if (LOOM_UNLIKELY(fh.length != 0)) {
+            malformed(ep, "nack length", fh.length);
+            return false;
+        }
+        *consumed = sizeof(FrameHeader);
+        LOOM_LOG_WARN("tcp/{}: {} refused a posted {}: {}", device_.name, peer_name(ep),
+                      op_name(static_cast<FrameType>(fh.flags)), to_string(status));
+        if (ep->cold->sticky == Status::ok) ep->cold->sticky = is_error(status) ? status : Status::io_error;
+        return true;
+    }
+    ReqDesc* req = ep->outstanding.empty() ? nullptr : &ep->outstanding.front();
+    ReqKind expected;
+    switch (fh.type) {
+    case FrameType::put_ack: expected = ReqKind::put_ack; break;
+    case FrameType::get_rep:
+        expected = req != nullptr && req->kind == ReqKind::get_zcopy ? ReqKind::get_zcopy : ReqKind::get_bcopy;
+        break;
+    case FrameType::atomic_rep: expected = ReqKind::atomic; break;
+    case FrameType::flush_ack: expected = ReqKind::flush_remote; break;
+    default: malformed(ep, "unknown frame type", static_cast<unsigned>(fh.type)); return false;
+    }
+    if (LOOM_UNLIKELY(req == nullptr || req->kind != expected)) {
+        malformed(ep, "reply without a matching request", static_cast<unsigned>(fh.type));
+        return false;
+    }
+    std::size_t want = 0;
+    if (status == Status::ok) {
+        want = expected == ReqKind::atomic                                       ? sizeof(std::uint64_t)
+               : expected == ReqKind::get_bcopy || expected == ReqKind::get_zcopy ? req->length
+                                                                                  : 0;
+    }
+    if (LOOM_UNLIKELY(fh.length != want || (status != Status::ok && !is_error(status)))) {
+        malformed(ep, "reply length", fh.length);
+        return false;
+    }
+    if (status != Status::ok) {
+        LOOM_LOG_WARN("tcp/{}: {} refused a {}: {}", device_.name, peer_name(ep), op_name(fh.type),
+                      to_string(status));
+    }
+    switch (expected) {
+    case ReqKind::get_zcopy: {
+        std::size_t have = std::min(avail, want);
+        std::size_t copied = 0;
+        RxState* rx = ep->rx;
+        rx->nseg = 0;
+        for (unsigned i = 0; i < req->iovcnt; ++i) {
+            auto* dest = static_cast<std::uint8_t*>(req->iov[i].iov_base);
+            std::size_t len = req->iov[i].iov_len;
+            std::size_t now = std::min(len, have - copied);
+            if (now > 0) std::memcpy(dest, payload + copied, now);
+            copied += now;
+            if (now < len) rx->seg[rx->nseg++] = {dest + now, len - now};
+        }
+        *consumed = sizeof(FrameHeader) + have;
+        if (have < want) {
+            rx->mode = kRxDirect;
+            rx->frame = FrameType::get_rep;
+            rx->seg_pos = 0;
+            rx->remaining = want - have;
+            return false;
+        }
+        break;
+    }
+    case ReqKind::get_bcopy:
+        if (avail < want) return true;
+        if (want > 0) req->unpack.cb(req->unpack.arg, payload, want);
+        *consumed = sizeof(FrameHeader) + want;
+        break;
+    case ReqKind::atomic:
+        if (avail < want) return true;
+        if (want > 0) {
+            std::uint64_t old;
+            std::memcpy(&old, payload, sizeof(old));
+            if (req->size == 4) {
+                *static_cast<std::uint32_t*>(req->result) = static_cast<std::uint32_t>(old);
+            } else {
+                *static_cast<std::uint64_t*>(req->result) = old;
+            }
+        }
+        *consumed = sizeof(FrameHeader) + want;
+        break;
+    case ReqKind::flush_remote:
+        *consumed = sizeof(FrameHeader);
+        if (status == Status::ok) {
+            status = ep->cold->sticky;
+            ep->cold->sticky = Status::ok;
+        }
+        break;
+    default: *consumed = sizeof(FrameHeader); break;
+    }
+    ep->outstanding.pop_front();
+    complete_req(ep, req, status);
+    complete_markers(ep);
+    return ep->state == ConnState::connected;
+}
+
+void TcpIface::complete_markers(TcpEp* ep) {
+    while (!ep->outstanding.empty() && ep->outstanding.front().kind == ReqKind::flush_local) {
+        ReqDesc* marker = ep->outstanding.pop_front();
+        Status status = ep->cold->sticky;
+        ep->cold->sticky = Status::ok;
+        complete_req(ep, marker, status);
+    }
+}
+
+// --- streamed payloads ------------------------------------------------------------------------------
+
+bool TcpIface::rx_direct(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    while (rx->remaining > 0) {
+        ssize_t n;
+        if (rx->mode == kRxDirect && rx->nseg - rx->seg_pos == 1) {
+            // One destination (a put, a large message): recv() spares the kernel the iovec import.
+            n = ::recv(ep->fd, rx->seg[rx->seg_pos].iov_base, rx->seg[rx->seg_pos].iov_len, MSG_DONTWAIT);
+        } else if (rx->mode == kRxDirect) {
+            msghdr msg{};
+            msg.msg_iov = rx->seg + rx->seg_pos;
+            msg.msg_iovlen = rx->nseg - rx->seg_pos;
+            n = ::recvmsg(ep->fd, &msg, MSG_DONTWAIT);
+        } else {
+            n = ::recv(ep->fd, rx->data, std::min<std::uint64_t>(rx->remaining, seg_size_), MSG_DONTWAIT);
+        }
+        if (LOOM_UNLIKELY(n <= 0)) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+            LOOM_LOG_DIAG("tcp/{}: {} {} in the middle of a transfer", device_.name, peer_name(ep),
+                          n < 0 ? std::strerror(errno) : "closed the connection");
+            fail(ep, n < 0 && errno != ECONNRESET && errno != EPIPE ? Status::io_error : Status::connection_reset);
+            return false;
+        }
+        auto got = static_cast<std::size_t>(n);
+        rx->remaining -= got;
+        if (rx->mode == kRxDirect) {
+            while (got > 0) {
+                iovec& seg = rx->seg[rx->seg_pos];
+                std::size_t now = std::min(got, seg.iov_len);
+                seg.iov_base = static_cast<std::uint8_t*>(seg.iov_base) + now;
+                seg.iov_len -= now;
+                got -= now;
+                if (seg.iov_len == 0) ++rx->seg_pos;
+            }
+        }
+    }
+    finish_direct(ep);
+    return ep->state == ConnState::connected && rx->mode == kRxFrames;
+}
+
+void TcpIface::finish_direct(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    rx->mode = kRxFrames;
+    rx->expect_large = rx->frame != FrameType::get_rep || rx->nseg == 1;
+    Status status = status_from_wire(rx->status);
+    if (rx->frame == FrameType::am) {
+        std::uint8_t* large = rx->large;
+        rx->large = nullptr;
+        std::size_t length = static_cast<std::size_t>(static_cast<std::uint8_t*>(rx->seg[0].iov_base) - large);
+        (void)invoke_am(rx->am_id, large, length, 0);
+        put_large_buffer(large);
+        return;
+    }
+    if (rx->frame == FrameType::get_rep) {
+        ReqDesc* req = ep->outstanding.pop_front();
+        complete_req(ep, req, Status::ok);
+        complete_markers(ep);
+        return;
+    }
+    // A put: its answer.
+    if (rx->ack) {
+        (void)send_reply(ep, FrameType::put_ack, status, 0, nullptr, 0, false);
+    } else if (status != Status::ok) {
+        (void)send_reply(ep, FrameType::nack, status, static_cast<std::uint8_t>(FrameType::put), nullptr, 0, false);
+    }
+    rx->status = status_to_wire(Status::ok);
+}
+
+std::uint8_t* TcpIface::get_large_buffer() {
+    std::uint8_t* buf = spare_large_;
+    spare_large_ = nullptr;
+    return buf != nullptr ? buf : static_cast<std::uint8_t*>(std::malloc(config_.max_am));
+}
+
+void TcpIface::put_large_buffer(std::uint8_t* buf) {
+    if (spare_large_ == nullptr) {
+        spare_large_ = buf;
+    } else {
+        std::free(buf);
+    }
+}
+
+}  // namespace loom::uct::tcp

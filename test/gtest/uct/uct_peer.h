@@ -1,0 +1,103 @@
+/**
+ * Helpers for two-process transport tests: one side's entity with a registered
+ * buffer, and the blob both sides exchange through test::ForkedPeer's channel (device
+ * and iface addresses, the packed remote key and the buffer's address).
+ */
+#pragma once
+
+#include "uct_test.h"
+
+#include "common/forked_peer.h"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::uct::test {
+
+/** What one side tells the other. */
+struct PeerInfo {
+    std::vector<std::uint8_t> dev_addr;
+    std::vector<std::uint8_t> iface_addr;
+    std::vector<std::uint8_t> rkey;  ///< packed key of the side's buffer
+    std::uint64_t buffer = 0;        ///< the buffer's address in that process
+    std::uint64_t buffer_size = 0;
+
+    std::vector<std::uint8_t> pack() const;
+    /** Parses pack()'s output; false on a truncated or malformed blob. */
+    bool unpack(const std::vector<std::uint8_t>& blob);
+};
+
+/** One side of a two-process test. Every wait is bounded. */
+class ProcSide {
+public:
+    /** Opens the entity and registers a buffer of @p buffer_size bytes with @p access. */
+    ProcSide(const Resource& resource, std::size_t buffer_size, unsigned access = kAccessAll);
+    ~ProcSide();
+    ProcSide(const ProcSide&) = delete;
+    ProcSide& operator=(const ProcSide&) = delete;
+
+    /** This side's addresses, key and buffer. */
+    PeerInfo info() const;
+
+    /** Sends info() over @p ch and receives the peer's; false when the channel fails. */
+    bool exchange(loom::test::ForkedPeer::Channel& ch);
+
+    /** Creates the endpoint to the peer (with an optional error callback) and unpacks its key. */
+    Status connect(void (*on_error)(void*, Ep*, Status) = nullptr, void* arg = nullptr);
+
+    /** Progresses until @p done() or @p timeout; returns done(). */
+    template <typename Pred>
+    bool progress_until(Pred done, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            entity_->worker().progress();
+        }
+        return true;
+    }
+
+    /** Retries @p op (returning Status or ssize_t) while it says no_resource, progressing; returns its result. */
+    template <typename Op>
+    auto retry(Op op, std::chrono::milliseconds timeout = std::chrono::seconds(10)) -> decltype(op()) {
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        for (;;) {
+            auto result = op();
+            if (static_cast<int>(result) != static_cast<int>(Status::no_resource)) return result;
+            if (std::chrono::steady_clock::now() > deadline) return result;
+            entity_->worker().progress();
+        }
+    }
+
+    /** Waits for an operation's result: ok at once, in_progress until @p comp fired; returns the final status. */
+    Status finish(Status status, CountingCompletion& comp);
+
+    Entity& entity() { return *entity_; }
+    Ep* ep() const { return ep_; }
+    std::uint8_t* buffer() { return buffer_.data(); }
+    std::size_t buffer_size() const { return buffer_.size(); }
+    MemH memh() const { return memh_; }
+    const PeerInfo& peer() const { return peer_; }
+    std::uint64_t peer_rkey() const { return peer_rkey_.rkey; }
+    /** Address @p offset bytes into the peer's buffer. */
+    std::uint64_t peer_addr(std::size_t offset) const { return peer_.buffer + offset; }
+
+    /** Destroys the endpoint now (before the entity). */
+    void destroy_ep();
+
+private:
+    std::unique_ptr<Entity> entity_;
+    std::vector<std::uint8_t> buffer_;
+    MemH memh_ = kMemHNull;
+    PeerInfo peer_;
+    Rkey peer_rkey_;
+    bool have_rkey_ = false;
+    Ep* ep_ = nullptr;
+};
+
+/** Deterministic test bytes. */
+std::vector<std::uint8_t> test_pattern(std::size_t length, std::uint32_t seed);
+
+}  // namespace loom::uct::test
