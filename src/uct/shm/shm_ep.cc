@@ -309,8 +309,8 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
 Status EpOps::pending_add(Ep* base, PendingReq* req, unsigned) {
     ShmEp* ep = shm_ep(base);
     auto* iface = static_cast<ShmIface*>(ep->iface);
-    // A failed endpoint queues nothing: busy makes the caller retry, and the retry reports the error.
-    if (ep->status != Status::ok) return Status::busy;
+    // A failed endpoint queues nothing and says why (docs/transports.md, "Back-pressure").
+    if (ep->status != Status::ok) return ep->status;
     // Room now (and nobody queued before it): the caller should just retry.
     if (ep->pending.empty() && !(ep->flags & kEpBlocked) &&
         fifo_free_cells(ep->fifo) >= iface->pending_room_) {

@@ -152,6 +152,18 @@ constexpr std::size_t kAtomic64Offset = kBufferSize - 64;
 constexpr std::size_t kAtomic32Offset = kBufferSize - 128;
 
 /** The script both processes run; returns "" or what went wrong. */
+/**
+ * Atomic words start at known values. This must happen before the address exchange:
+ * a transport with true one-sided atomics (shm, rc) may change them as soon as the
+ * peer knows the address, without this process's progress.
+ */
+void init_atomic_words(ProcSide& side) {
+    auto* w64 = reinterpret_cast<std::uint64_t*>(side.buffer() + kAtomic64Offset);
+    auto* w32 = reinterpret_cast<std::uint32_t*>(side.buffer() + kAtomic32Offset);
+    *w64 = 100;
+    *w32 = 10;
+}
+
 class Script {
 public:
     Script(ProcSide& side) : side_(side), attr_(side.entity().attr()), plan_(attr_) {}
@@ -163,11 +175,6 @@ public:
             return "set_am_handler failed";
         }
         if (Status s = side_.connect(); s != Status::ok) return std::string("connect: ") + std::string(to_string(s));
-        // Atomic words start at known values: the peer changes them through its own script.
-        auto* w64 = reinterpret_cast<std::uint64_t*>(side_.buffer() + kAtomic64Offset);
-        auto* w32 = reinterpret_cast<std::uint32_t*>(side_.buffer() + kAtomic32Offset);
-        *w64 = 100;
-        *w32 = 10;
         std::string err;
         if (err.empty()) err = send_short();
         if (err.empty()) err = send_bcopy();
@@ -406,6 +413,7 @@ TEST_P(UctMultiProcTest, EverythingBothWays) {
     Resource resource = GetParam();
     loom::test::ForkedPeer peer([resource](loom::test::ForkedPeer::Channel& ch) {
         ProcSide side(resource, kBufferSize);
+        init_atomic_words(side);
         if (!side.exchange(ch)) return 3;
         std::string err = Script(side).run();
         ch.send(err.empty() ? std::string("ok") : err);
@@ -414,6 +422,7 @@ TEST_P(UctMultiProcTest, EverythingBothWays) {
         return err.empty() ? 0 : 1;
     });
     ProcSide side(resource, kBufferSize);
+    init_atomic_words(side);
     ASSERT_TRUE(side.exchange(peer.channel())) << "the peer did not answer";
     std::string err = Script(side).run();
     EXPECT_EQ("", err) << "parent side";

@@ -697,8 +697,8 @@ TEST(ShmPeerFailure, FullFifoWithPendingRequestsFailsWhenThePeerIsKilled) {
         ep, [](PendingReq*, void* arg) { ++*static_cast<int*>(arg); }, &purged);
     EXPECT_EQ(3, purged);
     EXPECT_EQ(Status::endpoint_failure, ep_am_short(ep, kAmId, 0, nullptr, 0));
-    // A failed endpoint queues nothing more: busy sends the caller back to the operation, which fails.
-    EXPECT_EQ(Status::busy, ep_pending_add(ep, &requests[0], 0));
+    // A failed endpoint queues nothing more and returns its error.
+    EXPECT_EQ(Status::endpoint_failure, ep_pending_add(ep, &requests[0], 0));
     EXPECT_EQ(1, capture.count("is gone"));
 }
 

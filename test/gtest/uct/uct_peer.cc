@@ -58,9 +58,20 @@ std::vector<std::uint8_t> test_pattern(std::size_t length, std::uint32_t seed) {
 }
 
 ProcSide::ProcSide(const Resource& resource, std::size_t buffer_size, unsigned access)
-    : entity_(std::make_unique<Entity>(resource)), buffer_(buffer_size, 0) {
+    : entity_(std::make_unique<Entity>(resource)), buffer_size_(buffer_size) {
+    if (entity_->md_attr().flags & MdAttr::kAlloc) {
+        auto mem = entity_->md().mem_alloc(buffer_size, access);
+        if (!mem) throw std::runtime_error("mem_alloc failed: " + std::string(to_string(mem.status())));
+        buffer_ = static_cast<std::uint8_t*>(mem->first);
+        memh_ = mem->second;
+        allocated_ = true;
+        std::memset(buffer_, 0, buffer_size_);
+        return;
+    }
+    owned_.assign(buffer_size, 0);
+    buffer_ = owned_.data();
     if (entity_->md_attr().flags & MdAttr::kReg) {
-        auto reg = entity_->md().mem_reg(buffer_.data(), buffer_.size(), access);
+        auto reg = entity_->md().mem_reg(buffer_, buffer_size_, access);
         if (!reg) throw std::runtime_error("mem_reg failed: " + std::string(to_string(reg.status())));
         memh_ = *reg;
     }
@@ -69,7 +80,9 @@ ProcSide::ProcSide(const Resource& resource, std::size_t buffer_size, unsigned a
 ProcSide::~ProcSide() {
     destroy_ep();
     if (have_rkey_) entity_->md().component().rkey_release(peer_rkey_);
-    if (memh_ != kMemHNull) (void)entity_->md().mem_dereg(memh_);
+    if (memh_ != kMemHNull) {
+        (void)(allocated_ ? entity_->md().mem_free(memh_) : entity_->md().mem_dereg(memh_));
+    }
     entity_.reset();
 }
 
@@ -88,8 +101,8 @@ PeerInfo ProcSide::info() const {
     if (memh_ != kMemHNull && !info.rkey.empty() && entity_->md().mkey_pack(memh_, info.rkey.data()) != Status::ok) {
         throw std::runtime_error("mkey_pack failed");
     }
-    info.buffer = reinterpret_cast<std::uint64_t>(buffer_.data());
-    info.buffer_size = buffer_.size();
+    info.buffer = reinterpret_cast<std::uint64_t>(buffer_);
+    info.buffer_size = buffer_size_;
     return info;
 }
 

@@ -33,7 +33,11 @@ struct PeerInfo {
 /** One side of a two-process test. Every wait is bounded. */
 class ProcSide {
 public:
-    /** Opens the entity and registers a buffer of @p buffer_size bytes with @p access. */
+    /**
+     * Opens the entity and a buffer of @p buffer_size bytes with @p access: from
+     * Md::mem_alloc where the md offers it (as a protocol layer allocates memory for
+     * remote atomics), else registered with Md::mem_reg.
+     */
     ProcSide(const Resource& resource, std::size_t buffer_size, unsigned access = kAccessAll);
     ~ProcSide();
     ProcSide(const ProcSide&) = delete;
@@ -76,8 +80,8 @@ public:
 
     Entity& entity() { return *entity_; }
     Ep* ep() const { return ep_; }
-    std::uint8_t* buffer() { return buffer_.data(); }
-    std::size_t buffer_size() const { return buffer_.size(); }
+    std::uint8_t* buffer() { return buffer_; }
+    std::size_t buffer_size() const { return buffer_size_; }
     MemH memh() const { return memh_; }
     const PeerInfo& peer() const { return peer_; }
     std::uint64_t peer_rkey() const { return peer_rkey_.rkey; }
@@ -89,7 +93,10 @@ public:
 
 private:
     std::unique_ptr<Entity> entity_;
-    std::vector<std::uint8_t> buffer_;
+    std::vector<std::uint8_t> owned_;  ///< the buffer when the md cannot allocate
+    std::uint8_t* buffer_ = nullptr;
+    std::size_t buffer_size_ = 0;
+    bool allocated_ = false;  ///< buffer_ came from Md::mem_alloc
     MemH memh_ = kMemHNull;
     PeerInfo peer_;
     Rkey peer_rkey_;
