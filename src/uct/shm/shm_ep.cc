@@ -4,7 +4,8 @@
  * another process that is not mapped (a peer's registration) goes to shm_rma.cc.
  */
 #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+
 #include "uct/shm/shm_iface.h"
 
 #include "ucs/debug/log.h"

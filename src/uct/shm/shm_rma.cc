@@ -15,7 +15,8 @@
  * our progress copies them out and completes the operation.
  */
 #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"
+#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+
 #include "uct/shm/shm_iface.h"
 
 #include "ucs/debug/log.h"
