@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -347,6 +348,21 @@ Status TcpIface::set_socket_options(int fd, const char* what) {
     int one = 1;
     if (config_.nodelay && ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
         LOOM_LOG_WARN("tcp/{}: TCP_NODELAY on {} socket: {}", device_.name, what, std::strerror(errno));
+    }
+    if (config_.keepalive_idle != ucs::config::kTimeInf) {
+        // Whole seconds, at least one: the granularity of the socket options.
+        auto secs = [](std::chrono::nanoseconds t) {
+            auto s = std::chrono::duration_cast<std::chrono::seconds>(t).count();
+            return static_cast<int>(std::clamp<long long>(s, 1, 32767));
+        };
+        int idle = secs(config_.keepalive_idle), intvl = secs(config_.keepalive_interval);
+        int cnt = static_cast<int>(config_.keepalive_count);
+        if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
+            LOOM_LOG_WARN("tcp/{}: keepalive on {} socket: {}", device_.name, what, std::strerror(errno));
+        }
     }
     if (config_.sndbuf != ucs::config::kSizeAuto) {
         int v = static_cast<int>(std::min<std::size_t>(config_.sndbuf, INT32_MAX));

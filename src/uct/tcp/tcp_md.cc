@@ -73,6 +73,16 @@ const RegisteredTable<TcpConfig>& make_table() {
                   &TcpConfig::conn_timeout, TimeParser().allow_inf()),
             field("BACKLOG", "256", "Listen backlog of an iface's socket.", &TcpConfig::backlog,
                   IntParser<unsigned>().range(1, 65535)),
+            field("KEEPALIVE_IDLE", "10s",
+                  "Idle time of a connection before TCP keepalive probes start, so a peer host that "
+                  "vanished without closing its connections (power loss, network partition) fails its "
+                  "endpoints instead of leaving operations waiting forever; inf disables the probes.",
+                  &TcpConfig::keepalive_idle, TimeParser().allow_inf()),
+            field("KEEPALIVE_INTERVAL", "2s", "Time between keepalive probes.", &TcpConfig::keepalive_interval,
+                  TimeParser()),
+            field("KEEPALIVE_COUNT", "5",
+                  "Unanswered keepalive probes after which the connection fails with peer_timeout.",
+                  &TcpConfig::keepalive_count, IntParser<unsigned>().range(1, 127)),
         });
     return *table;
 }

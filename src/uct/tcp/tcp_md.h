@@ -32,6 +32,9 @@ struct TcpConfig {
     std::chrono::nanoseconds conn_retry_interval{};
     std::chrono::nanoseconds conn_timeout{};
     unsigned backlog = 0;
+    std::chrono::nanoseconds keepalive_idle{};      ///< kTimeInf: no keepalive probes
+    std::chrono::nanoseconds keepalive_interval{};
+    unsigned keepalive_count = 0;
 };
 
 /** The LOOM_TCP_ table (registered while libloom-uct is loaded). */

@@ -457,7 +457,10 @@ bool TcpIface::rx_direct(TcpEp* ep) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
             LOOM_LOG_DIAG("tcp/{}: {} {} in the middle of a transfer", device_.name, peer_name(ep),
                           n < 0 ? std::strerror(errno) : "closed the connection");
-            fail(ep, n < 0 && errno != ECONNRESET && errno != EPIPE ? Status::io_error : Status::connection_reset);
+            int err = n < 0 ? errno : 0;
+            fail(ep, err == 0 || err == ECONNRESET || err == EPIPE ? Status::connection_reset
+                                                                    : (err == ETIMEDOUT ? Status::peer_timeout
+                                                                                        : Status::io_error));
             return false;
         }
         auto got = static_cast<std::size_t>(n);

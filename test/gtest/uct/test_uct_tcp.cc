@@ -12,6 +12,7 @@
 
 #include <netinet/tcp.h>
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -145,6 +146,55 @@ TEST_F(TcpTest, ConfigOverridesApplyAndBadValuesFail) {
         auto bad = receiver_->md().iface_open(lo_.tl, &receiver_->worker(), params);
         EXPECT_EQ(Status::invalid_config, bad.status()) << key << "=" << value;
         EXPECT_EQ(1, capture.count(value)) << capture.text();
+    }
+}
+
+/** Keepalive settings of this process's sockets connected to @p port: {SO_KEEPALIVE, idle, interval, count}. */
+std::vector<std::array<int, 4>> keepalive_of_sockets_to(std::uint16_t port) {
+    std::vector<std::array<int, 4>> found;
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in peer{};
+        socklen_t len = sizeof(peer);
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 || peer.sin_family != AF_INET ||
+            ntohs(peer.sin_port) != port) {
+            continue;
+        }
+        std::array<int, 4> v{};
+        socklen_t l = sizeof(int);
+        (void)::getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v[0], &l);
+        (void)::getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v[1], &l);
+        (void)::getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v[2], &l);
+        (void)::getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v[3], &l);
+        found.push_back(v);
+    }
+    return found;
+}
+
+TEST_F(TcpTest, KeepaliveProbesAreConfigured) {
+    for (bool enabled : {true, false}) {
+        SCOPED_TRACE(enabled ? "enabled" : "disabled");
+        IfaceParams params;
+        params.config_overrides = {{"TCP_KEEPALIVE_IDLE", enabled ? "7s" : "inf"},
+                                   {"TCP_KEEPALIVE_INTERVAL", "3s"},
+                                   {"TCP_KEEPALIVE_COUNT", "4"}};
+        Worker worker;
+        auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+        ASSERT_TRUE(opened.ok());
+        EpParams ep_params;
+        ep_params.dev_addr = receiver_->device_address().data();
+        ep_params.dev_addr_len = receiver_->device_address().size();
+        ep_params.iface_addr = receiver_->iface_address().data();
+        ep_params.iface_addr_len = receiver_->iface_address().size();
+        auto ep = (*opened)->ep_create(ep_params);
+        ASSERT_TRUE(ep.ok());
+        auto found = keepalive_of_sockets_to(receiver_port());
+        ASSERT_EQ(1u, found.size());
+        if (enabled) {
+            EXPECT_EQ((std::array<int, 4>{1, 7, 3, 4}), found[0]);
+        } else {
+            EXPECT_EQ(0, found[0][0]);
+        }
+        (*opened)->ep_destroy(*ep);
     }
 }
 
