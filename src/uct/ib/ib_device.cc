@@ -109,7 +109,9 @@ GidType gid_type_of(std::uint32_t type) {
 std::vector<GidEntry> query_gids(ibv_context* ctx, const std::string& dev, std::uint8_t port, int table_len) {
     std::vector<GidEntry> gids;
     if (table_len <= 0) return gids;
-    std::vector<ibv_gid_entry> entries(static_cast<std::size_t>(table_len) * 2);  // every port's entries fit
+    // Valid entries of every port; the kernel passes the array in an attribute of at most 64 KiB, so a
+    // bigger request fails (and so does a table with more valid entries: then sysfs is read below).
+    std::vector<ibv_gid_entry> entries(512);
     ssize_t n = ibv_query_gid_table(ctx, entries.data(), entries.size(), 0);
     if (n >= 0) {
         for (ssize_t i = 0; i < n; ++i) {

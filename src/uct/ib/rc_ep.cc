@@ -272,6 +272,11 @@ LOOM_ALWAYS_INLINE Status rdma_zcopy(RcEp* ep, ibv_wr_opcode opcode, const Iov* 
     int n = fill_sge(sge, iov, iovcnt, total);
     if (LOOM_UNLIKELY(n < 0)) return missing_memh(ep, what);
     if (LOOM_UNLIKELY(total > iface->max_zcopy)) return Status::exceeds_limit;
+    if (n == 0 && opcode == IBV_WR_RDMA_READ) {
+        // An empty read still names a valid sink (iWARP sends its STag; siw would take stale bytes).
+        sge[0] = {reinterpret_cast<std::uintptr_t>(iface->atomic_scratch), 0, iface->atomic_scratch_lkey};
+        n = 1;
+    }
     if (LOOM_UNLIKELY(!has_tx(iface, ep))) return iface->resource_status(ep);
     void* record = nullptr;
     if (comp != nullptr) {
@@ -320,7 +325,7 @@ Status rc_get_bcopy(Ep* tl_ep, UnpackCallback unpack, void* arg, std::size_t len
     ibv_send_wr wr{};
     prepare_rdma(wr, IBV_WR_RDMA_READ, remote_addr, rkey);
     wr.sg_list = &sge;
-    wr.num_sge = length != 0 ? 1 : 0;
+    wr.num_sge = 1;  // even when empty: a read always names its sink
     Status status = post_send(iface, ep, wr, true);
     if (LOOM_UNLIKELY(status != Status::ok)) {
         iface->tx_desc_pool.put(desc);

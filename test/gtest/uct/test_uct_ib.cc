@@ -591,6 +591,43 @@ TEST_P(IbPairTest, ActiveMessagesBothWays) {
     EXPECT_EQ(reply, back_received_.messages[0]);
 }
 
+TEST_P(IbPairTest, BothSidesFlushAtOnceAfterTheQueueWrapped) {
+    // Both peers flush after a ping-pong, as a benchmark's end does. The short send queue
+    // has wrapped many times with inline sends, so a flush request (a zero-length read on
+    // iWARP) must not rely on anything a previous request left in its queue slot.
+    open({{"IB_TX_QUEUE_LEN", "16"}, {"IB_TX_SIGNAL_INTERVAL", "8"}});
+    Ep* back = nullptr;
+    Ep* ep = connect({}, &back);
+    if (back == nullptr) back = receiver_->connect(*sender_);
+    constexpr std::uint64_t kRounds = 60;
+    for (std::uint64_t i = 0; i < kRounds; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, i, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return received_.messages.size() == i + 1; }));
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(back, kAmId, i, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return back_received_.messages.size() == i + 1; }));
+    }
+    CountingCompletion a, b;
+    Status sa = ep_flush(ep, kFlushLocal, &a);
+    Status sb = ep_flush(back, kFlushLocal, &b);
+    ASSERT_TRUE(sa == Status::ok || sa == Status::in_progress) << to_string(sa);
+    ASSERT_TRUE(sb == Status::ok || sb == Status::in_progress) << to_string(sb);
+    ASSERT_TRUE(wait_for([&] { return (sa == Status::ok || a.fired == 1) && (sb == Status::ok || b.fired == 1); }));
+    EXPECT_EQ(Status::ok, a.status);
+    EXPECT_EQ(Status::ok, b.status);
+    // Empty reads name a valid sink too.
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    CountingCompletion empty_get;
+    Status status;
+    while ((status = ep_get_bcopy(ep, [](void*, const void*, std::size_t) {}, nullptr, 0, remote.addr(0),
+                                  remote.rkey.rkey, &empty_get)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, empty_get);
+    for (int i = 0; i < 500; ++i) progress();
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 99, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == kRounds + 1; }));
+}
+
 TEST_P(IbPairTest, FlowControlNeverOverrunsTheReceiver) {
     // A small window so the test exercises many credit round trips.
     open({{"IB_FC_WINDOW", "8"}});
