@@ -23,10 +23,11 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "Send completion queue entries of an iface: the requests in flight on all its endpoints "
                    "together (capped by the device).",
                    &IbConfig::tx_cq_len, cfg::SizeParser()),
-        cfg::field("RX_QUEUE_LEN", "4096",
-                   "Receive buffers the shared receive queue can hold for all endpoints of an iface together; "
-                   "each endpoint reserves FC_WINDOW + 2 of them.",
-                   &IbConfig::rx_queue_len, cfg::SizeParser()),
+        cfg::field(
+            "RX_QUEUE_LEN", "4096",
+            "Receive buffers the shared receive queue can hold for all endpoints of an iface together; "
+            "each endpoint reserves FC_WINDOW + 2 of them.",
+            &IbConfig::rx_queue_len, cfg::SizeParser()),
         cfg::field("FC_WINDOW", "64",
                    "Active messages an endpoint may send before the receiver grants more credits. Receive "
                    "buffers are reserved for the whole window, so a receiver is never overrun (no RNR).",
@@ -44,8 +45,8 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "signaling); operations that report completion are always signaled.",
                    &IbConfig::tx_signal_interval, cfg::IntParser<unsigned>().range(1, 65535)),
         cfg::field("SRQ", "auto",
-                   "Use a shared receive queue: yes, no, try or auto (where the device has one).", &IbConfig::srq,
-                   cfg::TernaryParser()),
+                   "Use a shared receive queue: yes, no, try or auto (where the device has one).",
+                   &IbConfig::srq, cfg::TernaryParser()),
         cfg::field("CM", "auto",
                    "Connection method: verbs (endpoint to endpoint, InfiniBand and RoCE), rdmacm (the iface "
                    "listens on its IP address; required on iWARP) or auto.",
@@ -62,19 +63,22 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "Retries when the receiver has no buffer posted (7: unlimited). Flow control keeps this "
                    "from happening; the setting is a safety net.",
                    &IbConfig::rnr_retry, cfg::IntParser<unsigned>().range(0, 7)),
-        cfg::field("MAX_RD_ATOMIC", "16", "RDMA reads and atomics in flight per queue pair (capped by the device).",
+        cfg::field("MAX_RD_ATOMIC", "16",
+                   "RDMA reads and atomics in flight per queue pair (capped by the device).",
                    &IbConfig::max_rd_atomic, cfg::IntParser<unsigned>().range(1, 255)),
-        cfg::field("PATH_MTU", "auto", "Path MTU in bytes (256, 512, 1024, 2048, 4096); auto: the port's active MTU.",
+        cfg::field("PATH_MTU", "auto",
+                   "Path MTU in bytes (256, 512, 1024, 2048, 4096); auto: the port's active MTU.",
                    &IbConfig::path_mtu, cfg::IntParser<unsigned>().range(256, 4096).allow_auto()),
         cfg::field("TRAFFIC_CLASS", "0", "Traffic class (RoCE: DSCP and ECN bits) of outgoing packets.",
                    &IbConfig::traffic_class, cfg::IntParser<unsigned>().range(0, 255)),
         cfg::field("HOP_LIMIT", "64", "Hop limit (TTL) of routed packets.", &IbConfig::hop_limit,
                    cfg::IntParser<unsigned>().range(1, 255)),
-        cfg::field("SL", "0", "Service level.", &IbConfig::service_level, cfg::IntParser<unsigned>().range(0, 15)),
+        cfg::field("SL", "0", "Service level.", &IbConfig::service_level,
+                   cfg::IntParser<unsigned>().range(0, 15)),
         cfg::field("CM_TIMEOUT", "5s", "Time rdma_cm may take to resolve an address or a route.",
                    &IbConfig::cm_timeout, cfg::TimeParser()),
-        cfg::field("RX_BATCH", "16", "Completions taken from a completion queue at once.", &IbConfig::rx_batch,
-                   cfg::SizeParser()),
+        cfg::field("RX_BATCH", "16", "Completions taken from a completion queue at once.",
+                   &IbConfig::rx_batch, cfg::SizeParser()),
     }};
 
 }  // namespace

@@ -32,16 +32,16 @@ struct IbConfig {
     unsigned tx_signal_interval = 0;  ///< request a completion at least every this many sends
     ucs::config::Ternary srq = ucs::config::Ternary::auto_;
     CmMode cm = CmMode::auto_;
-    std::chrono::nanoseconds timeout{};     ///< transport retry (ack) timeout
+    std::chrono::nanoseconds timeout{};  ///< transport retry (ack) timeout
     unsigned retry_count = 0;
     unsigned rnr_retry = 0;
-    unsigned max_rd_atomic = 0;              ///< RDMA READs and atomics in flight per QP
-    unsigned path_mtu = 0;                   ///< kAuto<unsigned>: the port's active MTU
+    unsigned max_rd_atomic = 0;  ///< RDMA READs and atomics in flight per QP
+    unsigned path_mtu = 0;       ///< kAuto<unsigned>: the port's active MTU
     unsigned traffic_class = 0;
     unsigned hop_limit = 0;
     unsigned service_level = 0;
-    std::chrono::nanoseconds cm_timeout{};   ///< rdma_cm address and route resolution
-    std::size_t rx_batch = 0;                ///< completions polled at once
+    std::chrono::nanoseconds cm_timeout{};  ///< rdma_cm address and route resolution
+    std::size_t rx_batch = 0;               ///< completions polled at once
 };
 
 /** The LOOM_IB_* table. */

@@ -85,14 +85,14 @@ unsigned width_lanes(std::uint8_t width) {
 /** Data rate of one lane in Gb/s after line encoding, for an active_speed code. */
 double lane_gbps(std::uint8_t speed) {
     switch (speed) {
-    case 1: return 2.0;     // SDR: 2.5 Gb/s, 8b/10b
-    case 2: return 4.0;     // DDR
-    case 4: return 8.0;     // QDR
-    case 8: return 10.0;    // FDR10: 10.3125 Gb/s, 64b/66b
-    case 16: return 13.64;  // FDR: 14.0625 Gb/s, 64b/66b
-    case 32: return 25.0;   // EDR: 25.78125 Gb/s, 64b/66b
-    case 64: return 50.0;   // HDR
-    case 128: return 100.0; // NDR
+    case 1: return 2.0;      // SDR: 2.5 Gb/s, 8b/10b
+    case 2: return 4.0;      // DDR
+    case 4: return 8.0;      // QDR
+    case 8: return 10.0;     // FDR10: 10.3125 Gb/s, 64b/66b
+    case 16: return 13.64;   // FDR: 14.0625 Gb/s, 64b/66b
+    case 32: return 25.0;    // EDR: 25.78125 Gb/s, 64b/66b
+    case 64: return 50.0;    // HDR
+    case 128: return 100.0;  // NDR
     default: return 0;
     }
 }
@@ -140,8 +140,9 @@ std::vector<GidEntry> query_gids(ibv_context* ctx, const std::string& dev, std::
         if (std::memcmp(&g.gid, &zero, sizeof(zero)) == 0) continue;
         g.index = static_cast<unsigned>(i);
         std::string type = read_sysfs(base + "/gid_attrs/types/" + std::to_string(i));
-        g.type = type == "RoCE v2" ? GidType::roce_v2 : (type.find("RoCE") != std::string::npos ? GidType::roce_v1
-                                                                                                   : GidType::ib);
+        g.type = type == "RoCE v2"
+                     ? GidType::roce_v2
+                     : (type.find("RoCE") != std::string::npos ? GidType::roce_v1 : GidType::ib);
         g.netdev = read_sysfs(base + "/gid_attrs/ndevs/" + std::to_string(i));
         gids.push_back(std::move(g));
     }
@@ -164,7 +165,9 @@ std::string GidEntry::type_text() const {
     return "unknown";
 }
 
-double PortInfo::rate_gbps() const noexcept { return width_lanes(attr.active_width) * lane_gbps(attr.active_speed); }
+double PortInfo::rate_gbps() const noexcept {
+    return width_lanes(attr.active_width) * lane_gbps(attr.active_speed);
+}
 
 const PortInfo* DeviceInfo::port(unsigned num) const noexcept {
     for (const PortInfo& p : ports) {
@@ -294,7 +297,8 @@ Result<unsigned> choose_gid(const DeviceInfo& dev, const PortInfo& port, unsigne
         }
         return nullptr;
     };
-    const GidEntry* pick = first([](const GidEntry& g) { return g.type == GidType::roce_v2 && g.ipv4_mapped(); });
+    const GidEntry* pick =
+        first([](const GidEntry& g) { return g.type == GidType::roce_v2 && g.ipv4_mapped(); });
     if (pick == nullptr) pick = first([](const GidEntry& g) { return g.type == GidType::roce_v2; });
     if (pick == nullptr) pick = first([](const GidEntry& g) { return g.type == GidType::roce_v1; });
     if (pick == nullptr) pick = &port.gids.front();
@@ -349,7 +353,7 @@ std::optional<IpAddress> netdev_ip(const std::string& netdev) {
             v4 = ip;
         } else if (ifa->ifa_addr->sa_family == AF_INET6 && !v6) {
             const auto* sin6 = reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr);
-            if (IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr)) continue;  // needs a scope id: not portable in addresses
+            if (IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr)) continue;  // needs a scope id: not portable
             IpAddress ip;
             ip.family = AF_INET6;
             std::memcpy(ip.bytes, &sin6->sin6_addr, 16);
@@ -364,29 +368,32 @@ std::string describe(const DeviceInfo& dev) {
     std::string text;
     auto line = [&](const std::string& s) { text += s + "\n"; };
     const ibv_device_attr& a = dev.attr;
-    line(fmt::format("device {}: transport {}{}, {} port(s), firmware {}", dev.name,
-                     dev.iwarp ? "iWARP" : "InfiniBand",
-                     dev.software ? std::string(" (software device, no bus device)") : " (driver " + dev.driver + ")",
-                     a.phys_port_cnt, a.fw_ver[0] ? a.fw_ver : "-"));
-    line(fmt::format("  limits: qp_wr {}, sge {} (rdma read {}), cqe {}, srq {} (wr {}), mr size {:#x}, "
-                     "rd_atom {} / init {}",
-                     a.max_qp_wr, a.max_sge, a.max_sge_rd, a.max_cqe, a.max_srq, a.max_srq_wr, a.max_mr_size,
-                     a.max_qp_rd_atom, a.max_qp_init_rd_atom));
-    line(fmt::format("  atomics: {}", dev.atomics() ? (a.atomic_cap == IBV_ATOMIC_GLOB ? "64-bit fetch-add and "
-                                                                                           "compare-swap (global)"
-                                                                                         : "64-bit fetch-add and "
-                                                                                           "compare-swap (HCA)")
-                                                    : "none"));
+    line(fmt::format(
+        "device {}: transport {}{}, {} port(s), firmware {}", dev.name, dev.iwarp ? "iWARP" : "InfiniBand",
+        dev.software ? std::string(" (software device, no bus device)") : " (driver " + dev.driver + ")",
+        a.phys_port_cnt, a.fw_ver[0] ? a.fw_ver : "-"));
+    line(
+        fmt::format("  limits: qp_wr {}, sge {} (rdma read {}), cqe {}, srq {} (wr {}), mr size {:#x}, "
+                    "rd_atom {} / init {}",
+                    a.max_qp_wr, a.max_sge, a.max_sge_rd, a.max_cqe, a.max_srq, a.max_srq_wr, a.max_mr_size,
+                    a.max_qp_rd_atom, a.max_qp_init_rd_atom));
+    line(fmt::format("  atomics: {}", dev.atomics()
+                                          ? (a.atomic_cap == IBV_ATOMIC_GLOB ? "64-bit fetch-add and "
+                                                                               "compare-swap (global)"
+                                                                             : "64-bit fetch-add and "
+                                                                               "compare-swap (HCA)")
+                                          : "none"));
     for (const PortInfo& p : dev.ports) {
         std::string speed = p.rate_gbps() > 0 ? fmt::format("{:g} Gb/s", p.rate_gbps()) : "unknown speed";
-        line(fmt::format("  port {}: {}, link layer {}, active MTU {} (max {}), {} (width code {}, speed code {}){}",
-                         p.num, port_state_text(p.attr.state), link_layer_text(p.attr.link_layer),
-                         mtu_bytes(p.attr.active_mtu), mtu_bytes(p.attr.max_mtu), speed, p.attr.active_width,
-                         p.attr.active_speed, p.netdev.empty() ? "" : ", netdev " + p.netdev));
+        line(fmt::format(
+            "  port {}: {}, link layer {}, active MTU {} (max {}), {} (width code {}, speed code {}){}",
+            p.num, port_state_text(p.attr.state), link_layer_text(p.attr.link_layer),
+            mtu_bytes(p.attr.active_mtu), mtu_bytes(p.attr.max_mtu), speed, p.attr.active_width,
+            p.attr.active_speed, p.netdev.empty() ? "" : ", netdev " + p.netdev));
         if (!p.ethernet()) line(fmt::format("    lid {}, sm lid {}", p.attr.lid, p.attr.sm_lid));
         for (const GidEntry& g : p.gids) {
-            line(fmt::format("    GID[{}] {} {}{}", g.index, gid_text(g.gid), dev.iwarp ? "iWARP" : g.type_text(),
-                             g.netdev.empty() ? "" : " " + g.netdev));
+            line(fmt::format("    GID[{}] {} {}{}", g.index, gid_text(g.gid),
+                             dev.iwarp ? "iWARP" : g.type_text(), g.netdev.empty() ? "" : " " + g.netdev));
         }
         if (auto ip = netdev_ip(p.netdev)) line(fmt::format("    IP address {} ({})", ip->text(), p.netdev));
     }

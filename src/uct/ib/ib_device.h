@@ -58,9 +58,9 @@ struct PortInfo {
 struct DeviceInfo {
     std::string name;
     ibv_device_attr attr{};
-    bool iwarp = false;        ///< transport iWARP (else InfiniBand transport: IB or RoCE)
-    bool software = false;     ///< no bus device behind it (rxe, siw): a kernel driver over a netdev, CPU-bound
-    std::string driver;        ///< kernel driver of the bus device; empty for software devices
+    bool iwarp = false;     ///< transport iWARP (else InfiniBand transport: IB or RoCE)
+    bool software = false;  ///< no bus device behind it (rxe, siw): a kernel driver over a netdev, CPU-bound
+    std::string driver;     ///< kernel driver of the bus device; empty for software devices
     std::vector<PortInfo> ports;
 
     /** True when the device executes 64-bit fetch-and-add and compare-and-swap. */
@@ -121,8 +121,8 @@ std::string gid_text(const ibv_gid& gid);
  * a sockaddr_storage; nullopt when it has none.
  */
 struct IpAddress {
-    int family = 0;             ///< AF_INET or AF_INET6
-    std::uint8_t bytes[16]{};   ///< 4 or 16 significant bytes
+    int family = 0;            ///< AF_INET or AF_INET6
+    std::uint8_t bytes[16]{};  ///< 4 or 16 significant bytes
     std::string text() const;
 };
 std::optional<IpAddress> netdev_ip(const std::string& netdev);

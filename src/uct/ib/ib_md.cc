@@ -102,7 +102,8 @@ Result<std::unique_ptr<Iface>> IbMd::iface_open(const TlResource& resource, Work
                                                 const IfaceParams& params) {
     std::string device;
     unsigned port_num = 0;
-    if (resource.tl_name != "rc" || !parse_dev_name(resource.dev_name, device, port_num) || device != name()) {
+    if (resource.tl_name != "rc" || !parse_dev_name(resource.dev_name, device, port_num) ||
+        device != name()) {
         LOOM_LOG_ERROR("{}: no transport {} on device {}", name(), resource.tl_name, resource.dev_name);
         return Status::no_device;
     }

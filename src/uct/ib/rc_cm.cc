@@ -53,8 +53,8 @@ std::string sockaddr_text(const sockaddr* sa) {
 }
 
 bool busy_state(CmState state) {
-    return state == CmState::resolving_addr || state == CmState::resolving_route || state == CmState::connecting ||
-           state == CmState::accepting;
+    return state == CmState::resolving_addr || state == CmState::resolving_route ||
+           state == CmState::connecting || state == CmState::accepting;
 }
 
 int timeout_ms(std::chrono::nanoseconds t) {
@@ -174,7 +174,8 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         }
         if (rdma_resolve_route(event->id, timeout_ms(config_.cm_timeout)) != 0) {
             cm_set_state(ep, CmState::closed);
-            fail_ep(ep, Status::unreachable, fmt::format("rdma_resolve_route failed: {}", std::strerror(errno)));
+            fail_ep(ep, Status::unreachable,
+                    fmt::format("rdma_resolve_route failed: {}", std::strerror(errno)));
             return;
         }
         cm_set_state(ep, CmState::resolving_route);
@@ -194,7 +195,8 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         }
         if (!iwarp_) {
             std::uint8_t timeout = timeout_exp_;
-            (void)rdma_set_option(event->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof(timeout));
+            (void)rdma_set_option(event->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
+                                  sizeof(timeout));
         }
         RcCmPrivate priv{kRcAddrVersion, 0, static_cast<std::uint16_t>(fc_window_), seg_size};
         rdma_conn_param param{};
@@ -206,7 +208,8 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
         if (rdma_connect(event->id, &param) != 0) {
             cm_set_state(ep, CmState::closed);
-            fail_ep(ep, Status::connection_refused, fmt::format("rdma_connect failed: {}", std::strerror(errno)));
+            fail_ep(ep, Status::connection_refused,
+                    fmt::format("rdma_connect failed: {}", std::strerror(errno)));
             return;
         }
         cm_set_state(ep, CmState::connecting);
@@ -242,11 +245,13 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
         cm_set_state(ep, CmState::closed);
-        fail_ep(ep, Status::unreachable, fmt::format("{} (status {})", rdma_event_str(event->event), event->status));
+        fail_ep(ep, Status::unreachable,
+                fmt::format("{} (status {})", rdma_event_str(event->event), event->status));
         return;
     case RDMA_CM_EVENT_REJECTED:
         cm_set_state(ep, CmState::closed);
-        fail_ep(ep, Status::connection_refused, fmt::format("connection rejected (status {})", event->status));
+        fail_ep(ep, Status::connection_refused,
+                fmt::format("connection rejected (status {})", event->status));
         return;
     case RDMA_CM_EVENT_CONNECT_ERROR:
         cm_set_state(ep, CmState::closed);
@@ -260,8 +265,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         cm_set_state(ep, CmState::closed);
         fail_ep(ep, Status::endpoint_failure, "the device was removed");
         return;
-    default:
-        return;
+    default: return;
     }
 }
 
@@ -314,10 +318,10 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     rdma_conn_param param{};
     param.private_data = &ours;
     param.private_data_len = sizeof(ours);
-    param.responder_resources =
-        static_cast<std::uint8_t>(std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth));
-    param.initiator_depth =
-        static_cast<std::uint8_t>(std::min<std::uint32_t>(max_rd_atomic_, event->param.conn.responder_resources));
+    param.responder_resources = static_cast<std::uint8_t>(
+        std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth));
+    param.initiator_depth = static_cast<std::uint8_t>(
+        std::min<std::uint32_t>(max_rd_atomic_, event->param.conn.responder_resources));
     param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
     param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
     if (rdma_accept(id, &param) != 0) {

@@ -61,7 +61,9 @@ LOOM_ALWAYS_INLINE void track(RcEp* ep, TxOp* op, TxOpKind kind) {
 }
 
 /** The lkey of a user iov's registration; 0 for a null handle (caught before posting). */
-LOOM_ALWAYS_INLINE std::uint32_t iov_lkey(const Iov& iov) { return static_cast<MemRegion*>(iov.memh)->mr->lkey; }
+LOOM_ALWAYS_INLINE std::uint32_t iov_lkey(const Iov& iov) {
+    return static_cast<MemRegion*>(iov.memh)->mr->lkey;
+}
 
 /**
  * Fills @p sge from @p iov (skipping empty entries) and returns the number of entries
@@ -126,12 +128,15 @@ ssize_t rc_am_bcopy(Ep* tl_ep, AmId id, PackCallback pack, void* arg, unsigned) 
     RcIface* iface = ep->rc_iface();
     if (LOOM_UNLIKELY(!has_am_tx(iface, ep))) return static_cast<ssize_t>(iface->resource_status(ep));
     void* desc;
-    if (Status s = iface->tx_desc_pool.try_get(desc); LOOM_UNLIKELY(s != Status::ok)) return static_cast<ssize_t>(s);
+    if (Status s = iface->tx_desc_pool.try_get(desc); LOOM_UNLIKELY(s != Status::ok)) {
+        return static_cast<ssize_t>(s);
+    }
     auto* op = static_cast<TxOp*>(desc);
     auto* bytes = static_cast<std::uint8_t*>(desc);
     std::size_t length = pack(bytes + kTxDescPayload, arg);
     if (LOOM_UNLIKELY(length > iface->seg_size)) {
-        LOOM_FATAL("rc am_bcopy: pack callback wrote {} bytes into a {}-byte buffer", length, iface->seg_size);
+        LOOM_FATAL("rc am_bcopy: pack callback wrote {} bytes into a {}-byte buffer", length,
+                   iface->seg_size);
     }
     std::uint16_t credits = owed_credits(ep);
     RcAmHdr hdr{id, 0, credits};
@@ -212,7 +217,8 @@ LOOM_ALWAYS_INLINE void wrote(RcIface* iface, RcEp* ep) {
     if (iface->iwarp()) ep->flags |= kEpUnflushedWrites;
 }
 
-Status rc_put_short(Ep* tl_ep, const void* buffer, unsigned length, std::uint64_t remote_addr, std::uint64_t rkey) {
+Status rc_put_short(Ep* tl_ep, const void* buffer, unsigned length, std::uint64_t remote_addr,
+                    std::uint64_t rkey) {
     RcEp* ep = rc_ep(tl_ep);
     RcIface* iface = ep->rc_iface();
     if (LOOM_UNLIKELY(length > iface->max_inline)) return Status::exceeds_limit;
@@ -233,12 +239,15 @@ ssize_t rc_put_bcopy(Ep* tl_ep, PackCallback pack, void* arg, std::uint64_t remo
     RcIface* iface = ep->rc_iface();
     if (LOOM_UNLIKELY(!has_tx(iface, ep))) return static_cast<ssize_t>(iface->resource_status(ep));
     void* desc;
-    if (Status s = iface->tx_desc_pool.try_get(desc); LOOM_UNLIKELY(s != Status::ok)) return static_cast<ssize_t>(s);
+    if (Status s = iface->tx_desc_pool.try_get(desc); LOOM_UNLIKELY(s != Status::ok)) {
+        return static_cast<ssize_t>(s);
+    }
     auto* op = static_cast<TxOp*>(desc);
     auto* bytes = static_cast<std::uint8_t*>(desc) + kTxDescPayload;
     std::size_t length = pack(bytes, arg);
     if (LOOM_UNLIKELY(length > iface->seg_size)) {
-        LOOM_FATAL("rc put_bcopy: pack callback wrote {} bytes into a {}-byte buffer", length, iface->seg_size);
+        LOOM_FATAL("rc put_bcopy: pack callback wrote {} bytes into a {}-byte buffer", length,
+                   iface->seg_size);
     }
     ibv_sge sge{reinterpret_cast<std::uintptr_t>(bytes), static_cast<std::uint32_t>(length), op->lkey};
     ibv_send_wr wr{};
@@ -299,20 +308,20 @@ LOOM_ALWAYS_INLINE Status rdma_zcopy(RcEp* ep, ibv_wr_opcode opcode, const Iov* 
     return Status::in_progress;
 }
 
-Status rc_put_zcopy(Ep* tl_ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t rkey,
-                    Completion* comp) {
+Status rc_put_zcopy(Ep* tl_ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                    std::uint64_t rkey, Completion* comp) {
     RcEp* ep = rc_ep(tl_ep);
     RcIface* iface = ep->rc_iface();
-    Status status = rdma_zcopy(ep, IBV_WR_RDMA_WRITE, iov, iovcnt, remote_addr, rkey, comp, iface->max_send_sge,
-                               "put_zcopy");
+    Status status = rdma_zcopy(ep, IBV_WR_RDMA_WRITE, iov, iovcnt, remote_addr, rkey, comp,
+                               iface->max_send_sge, "put_zcopy");
     if (status == Status::in_progress) wrote(iface, ep);
     return status;
 }
 
 // --- RDMA read ------------------------------------------------------------------------------
 
-Status rc_get_bcopy(Ep* tl_ep, UnpackCallback unpack, void* arg, std::size_t length, std::uint64_t remote_addr,
-                    std::uint64_t rkey, Completion* comp) {
+Status rc_get_bcopy(Ep* tl_ep, UnpackCallback unpack, void* arg, std::size_t length,
+                    std::uint64_t remote_addr, std::uint64_t rkey, Completion* comp) {
     RcEp* ep = rc_ep(tl_ep);
     RcIface* iface = ep->rc_iface();
     if (LOOM_UNLIKELY(length > iface->seg_size)) return Status::exceeds_limit;
@@ -339,11 +348,11 @@ Status rc_get_bcopy(Ep* tl_ep, UnpackCallback unpack, void* arg, std::size_t len
     return Status::in_progress;
 }
 
-Status rc_get_zcopy(Ep* tl_ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t rkey,
-                    Completion* comp) {
+Status rc_get_zcopy(Ep* tl_ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                    std::uint64_t rkey, Completion* comp) {
     RcEp* ep = rc_ep(tl_ep);
-    return rdma_zcopy(ep, IBV_WR_RDMA_READ, iov, iovcnt, remote_addr, rkey, comp, ep->rc_iface()->max_read_sge,
-                      "get_zcopy");
+    return rdma_zcopy(ep, IBV_WR_RDMA_READ, iov, iovcnt, remote_addr, rkey, comp,
+                      ep->rc_iface()->max_read_sge, "get_zcopy");
 }
 
 // --- atomics (64-bit fetch-and-add and compare-and-swap: what verbs defines) ----------------
@@ -387,9 +396,11 @@ LOOM_ALWAYS_INLINE Status post_atomic(RcEp* ep, ibv_wr_opcode opcode, std::uint6
     return Status::in_progress;
 }
 
-Status rc_atomic64_post(Ep* tl_ep, AtomicOp op, std::uint64_t value, std::uint64_t remote_addr, std::uint64_t rkey) {
+Status rc_atomic64_post(Ep* tl_ep, AtomicOp op, std::uint64_t value, std::uint64_t remote_addr,
+                        std::uint64_t rkey) {
     if (LOOM_UNLIKELY(op != AtomicOp::add)) return Status::unsupported;
-    return post_atomic(rc_ep(tl_ep), IBV_WR_ATOMIC_FETCH_AND_ADD, value, 0, remote_addr, rkey, nullptr, nullptr);
+    return post_atomic(rc_ep(tl_ep), IBV_WR_ATOMIC_FETCH_AND_ADD, value, 0, remote_addr, rkey, nullptr,
+                       nullptr);
 }
 
 Status rc_atomic64_fetch(Ep* tl_ep, AtomicOp op, std::uint64_t value, std::uint64_t* result,
@@ -400,7 +411,8 @@ Status rc_atomic64_fetch(Ep* tl_ep, AtomicOp op, std::uint64_t value, std::uint6
 
 Status rc_atomic64_cswap(Ep* tl_ep, std::uint64_t compare, std::uint64_t swap, std::uint64_t remote_addr,
                          std::uint64_t rkey, std::uint64_t* result, Completion* comp) {
-    return post_atomic(rc_ep(tl_ep), IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap, remote_addr, rkey, result, comp);
+    return post_atomic(rc_ep(tl_ep), IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap, remote_addr, rkey, result,
+                       comp);
 }
 
 // --- pending queue, flush, fence --------------------------------------------------------------

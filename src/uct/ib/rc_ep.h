@@ -41,12 +41,12 @@ class RcIface;
 
 /** What to do when a tracked operation completes. */
 enum class TxOpKind : std::uint8_t {
-    buffer,      ///< return the bounce buffer (am/put bcopy)
+    buffer,             ///< return the bounce buffer (am/put bcopy)
     buffer_completion,  ///< return the bounce buffer and update the user's Completion (am zcopy)
-    completion,  ///< update the user's Completion (zcopy, flush)
-    get_bcopy,   ///< unpack the bounce buffer, then update the Completion
-    fetch64,     ///< copy the 8-byte result to the user, then update the Completion
-    iface_flush, ///< one endpoint's part of an iface flush
+    completion,         ///< update the user's Completion (zcopy, flush)
+    get_bcopy,          ///< unpack the bounce buffer, then update the Completion
+    fetch64,            ///< copy the 8-byte result to the user, then update the Completion
+    iface_flush,        ///< one endpoint's part of an iface flush
 };
 
 struct IfaceFlush;
@@ -92,49 +92,57 @@ inline constexpr std::uint64_t kWrIdSnMask = (std::uint64_t{1} << kWrIdGenShift)
 
 /** Endpoint state flags. */
 enum RcEpFlags : std::uint8_t {
-    kEpConnected = 1u << 0,   ///< the QP can send (RTS, or rdma_cm established)
-    kEpFailed = 1u << 1,      ///< failed: see RcEpCold::status
-    kEpClosing = 1u << 2,     ///< destroyed by the user, waiting for its flushed requests
-    kEpPassive = 1u << 3,     ///< created by the iface for an accepted rdma_cm connection
-    kEpInArbiter = 1u << 4,   ///< queued on the iface's arbiter (pending requests or a grant to send)
-    kEpGrantDue = 1u << 5,    ///< credits must be returned but the send queue was full
+    kEpConnected = 1u << 0,        ///< the QP can send (RTS, or rdma_cm established)
+    kEpFailed = 1u << 1,           ///< failed: see RcEpCold::status
+    kEpClosing = 1u << 2,          ///< destroyed by the user, waiting for its flushed requests
+    kEpPassive = 1u << 3,          ///< created by the iface for an accepted rdma_cm connection
+    kEpInArbiter = 1u << 4,        ///< queued on the iface's arbiter (pending requests or a grant to send)
+    kEpGrantDue = 1u << 5,         ///< credits must be returned but the send queue was full
     kEpUnflushedWrites = 1u << 6,  ///< iWARP: writes since the last remote flush (a read is needed)
-    kEpFence = 1u << 7,       ///< the next request waits for earlier reads and atomics
+    kEpFence = 1u << 7,            ///< the next request waits for earlier reads and atomics
 };
 
 /** Connection states of an rdma_cm endpoint. */
-enum class CmState : std::uint8_t { none, resolving_addr, resolving_route, connecting, accepting, connected, closed };
+enum class CmState : std::uint8_t {
+    none,
+    resolving_addr,
+    resolving_route,
+    connecting,
+    accepting,
+    connected,
+    closed
+};
 
 /** The rarely touched part of an endpoint. */
 struct RcEpCold {
     void (*on_error)(void* arg, Ep* ep, Status status) = nullptr;
     void* on_error_arg = nullptr;
-    Status status = Status::ok;        ///< why the endpoint failed
-    bool error_reported = false;       ///< on_error has been called
-    rdma_cm_id* cm_id = nullptr;       ///< rdma_cm connections
+    Status status = Status::ok;   ///< why the endpoint failed
+    bool error_reported = false;  ///< on_error has been called
+    rdma_cm_id* cm_id = nullptr;  ///< rdma_cm connections
     CmState cm_state = CmState::none;
-    std::uint32_t psn = 0;             ///< our first packet sequence number (verbs connect)
-    std::uint16_t peer_window = 0;     ///< accepted connections: the credits the peer offered
+    std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)
+    std::uint16_t peer_window = 0;                   ///< accepted connections: the credits the peer offered
     std::chrono::steady_clock::time_point deadline;  ///< failed or closing: when to stop waiting for flushes
-    std::string peer;                  ///< for log lines
+    std::string peer;                                ///< for log lines
 };
 
 /** An rc endpoint; see the file comment. */
 struct RcEp : Ep {
     ibv_qp* qp;
-    std::int32_t sq_avail;      ///< free send queue entries; negative once failed
-    std::int16_t fc_credits;    ///< active messages the peer can take now
-    std::uint16_t rx_credits;   ///< credits to return to the peer (messages we consumed)
-    std::uint16_t unsignaled;   ///< requests posted since the last signaled one
-    std::uint16_t gen;          ///< generation: tells this endpoint's completions from a dead one's
+    std::int32_t sq_avail;     ///< free send queue entries; negative once failed
+    std::int16_t fc_credits;   ///< active messages the peer can take now
+    std::uint16_t rx_credits;  ///< credits to return to the peer (messages we consumed)
+    std::uint16_t unsignaled;  ///< requests posted since the last signaled one
+    std::uint16_t gen;         ///< generation: tells this endpoint's completions from a dead one's
     std::uint8_t flags;
     std::uint32_t qp_num;
-    std::int32_t rq_posted;     ///< receives posted on the QP's own queue (no SRQ)
-    std::uint64_t tx_sn;        ///< sn of the last posted request
-    std::uint64_t acked_sn;     ///< every request up to this sn has completed
-    ucs::Queue<TxOp, &TxOp::link> ops;               ///< tracked operations, in sn order
+    std::int32_t rq_posted;             ///< receives posted on the QP's own queue (no SRQ)
+    std::uint64_t tx_sn;                ///< sn of the last posted request
+    std::uint64_t acked_sn;             ///< every request up to this sn has completed
+    ucs::Queue<TxOp, &TxOp::link> ops;  ///< tracked operations, in sn order
     ucs::Queue<PendingReq, &PendingReq::link> pending;
-    ucs::QueueLink arb_link;    ///< in the iface's arbiter or closing list
+    ucs::QueueLink arb_link;  ///< in the iface's arbiter or closing list
     RcEpCold* cold;
 
     RcIface* rc_iface() const noexcept;

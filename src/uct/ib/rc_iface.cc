@@ -89,7 +89,9 @@ Status wc_error_status(ibv_wc_status status) {
 Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Worker* worker,
                                              const TlResource& resource, const IfaceParams& params) {
     IbConfig config;
-    if (Status s = ucs::config::fill(ib_config_table(), config, params.config_overrides); s != Status::ok) return s;
+    if (Status s = ucs::config::fill(ib_config_table(), config, params.config_overrides); s != Status::ok) {
+        return s;
+    }
     auto iface = std::make_unique<RcIface>(md, port, worker, resource, config);
     if (Status s = iface->init(); s != Status::ok) return s;
     return std::unique_ptr<Iface>(std::move(iface));
@@ -118,14 +120,15 @@ Status RcIface::check_config() {
         return bad(fmt::format("LOOM_IB_FC_WINDOW={} is outside 1 .. 16384", config_.fc_window));
     }
     if (config_.tx_queue_len < 8 || config_.tx_queue_len > static_cast<std::size_t>(dev.attr.max_qp_wr)) {
-        return bad(fmt::format("LOOM_IB_TX_QUEUE_LEN={} is outside 8 .. {} (device limit)", config_.tx_queue_len,
-                               dev.attr.max_qp_wr));
+        return bad(fmt::format("LOOM_IB_TX_QUEUE_LEN={} is outside 8 .. {} (device limit)",
+                               config_.tx_queue_len, dev.attr.max_qp_wr));
     }
     std::size_t per_ep = config_.fc_window + kGrantSlots;
     if (config_.rx_queue_len < per_ep || config_.rx_queue_len > static_cast<std::size_t>(dev.attr.max_cqe)) {
-        return bad(fmt::format("LOOM_IB_RX_QUEUE_LEN={} must hold at least one endpoint's window ({}) and at most "
-                               "the device's completion queue ({})",
-                               config_.rx_queue_len, per_ep, dev.attr.max_cqe));
+        return bad(
+            fmt::format("LOOM_IB_RX_QUEUE_LEN={} must hold at least one endpoint's window ({}) and at most "
+                        "the device's completion queue ({})",
+                        config_.rx_queue_len, per_ep, dev.attr.max_cqe));
     }
     if (config_.tx_cq_len < config_.tx_queue_len) {
         return bad(fmt::format("LOOM_IB_TX_CQ_LEN={} is below LOOM_IB_TX_QUEUE_LEN={}", config_.tx_cq_len,
@@ -146,13 +149,15 @@ Status RcIface::init() {
     CmMode cm = config_.cm;
     if (cm == CmMode::auto_) cm = iwarp_ ? CmMode::rdmacm : CmMode::verbs;
     if (cm == CmMode::verbs && iwarp_) {
-        LOOM_LOG_ERROR("rc/{}: LOOM_IB_CM=verbs is impossible on iWARP, which connects through rdma_cm", name);
+        LOOM_LOG_ERROR("rc/{}: LOOM_IB_CM=verbs is impossible on iWARP, which connects through rdma_cm",
+                       name);
         return Status::invalid_config;
     }
     use_rdmacm_ = cm == CmMode::rdmacm;
     if (use_rdmacm_) {
         if (!md_->rdmacm_usable()) {
-            LOOM_LOG_ERROR("rc/{}: rdma_cm is needed to connect but is unavailable (is rdma_ucm loaded?)", name);
+            LOOM_LOG_ERROR("rc/{}: rdma_cm is needed to connect but is unavailable (is rdma_ucm loaded?)",
+                           name);
             return Status::no_device;
         }
         ip_ = netdev_ip(port_.netdev);
@@ -173,8 +178,8 @@ Status RcIface::init() {
     if (!iwarp_ && port_.ethernet() && config_.gid_index == kGidAuto) {
         for (const GidEntry& g : port_.gids) {
             if (g.index == gid_index_) {
-                LOOM_LOG_INFO("rc/{}: using GID index {} ({}, {}{})", name, g.index, gid_text(g.gid), g.type_text(),
-                              g.netdev.empty() ? "" : " on " + g.netdev);
+                LOOM_LOG_INFO("rc/{}: using GID index {} ({}, {}{})", name, g.index, gid_text(g.gid),
+                              g.type_text(), g.netdev.empty() ? "" : " on " + g.netdev);
             }
         }
     }
@@ -182,25 +187,25 @@ Status RcIface::init() {
     if (config_.path_mtu != ucs::config::kAuto<unsigned>) {
         auto mtu = mtu_from_bytes(config_.path_mtu);
         if (!mtu) {
-            LOOM_LOG_ERROR("rc/{}: LOOM_IB_PATH_MTU={} is not 256, 512, 1024, 2048 or 4096", name, config_.path_mtu);
+            LOOM_LOG_ERROR("rc/{}: LOOM_IB_PATH_MTU={} is not 256, 512, 1024, 2048 or 4096", name,
+                           config_.path_mtu);
             return Status::invalid_config;
         }
         path_mtu_ = std::min(*mtu, port_.attr.active_mtu);
     }
     timeout_exp_ = timeout_exponent(config_.timeout);
-    max_rd_atomic_ = std::clamp<std::uint32_t>(config_.max_rd_atomic, 1,
-                                               std::max(1, dev.attr.max_qp_init_rd_atom));
+    max_rd_atomic_ =
+        std::clamp<std::uint32_t>(config_.max_rd_atomic, 1, std::max(1, dev.attr.max_qp_init_rd_atom));
     max_dest_rd_atomic_ = std::clamp<std::uint32_t>(dev.attr.max_qp_rd_atom, 1, 255);
     max_send_sge = static_cast<std::uint32_t>(std::clamp<int>(dev.attr.max_sge, 1, kMaxSge));
-    max_read_sge = static_cast<std::uint32_t>(std::clamp<int>(dev.attr.max_sge_rd > 0 ? dev.attr.max_sge_rd
-                                                                                       : dev.attr.max_sge,
-                                                              1, kMaxSge));
+    max_read_sge = static_cast<std::uint32_t>(
+        std::clamp<int>(dev.attr.max_sge_rd > 0 ? dev.attr.max_sge_rd : dev.attr.max_sge, 1, kMaxSge));
     max_zcopy = static_cast<std::uint32_t>(std::min<std::uint64_t>(port_.attr.max_msg_sz, 1u << 30));
     seg_size = static_cast<std::uint32_t>(config_.seg_size);
     fc_window_ = static_cast<std::uint32_t>(config_.fc_window);
     grant_threshold = static_cast<std::uint16_t>(std::max<std::uint32_t>(1, (fc_window_ + 1) / 2));
-    signal_interval = static_cast<std::uint32_t>(std::min<std::size_t>(config_.tx_signal_interval,
-                                                                       config_.tx_queue_len));
+    signal_interval =
+        static_cast<std::uint32_t>(std::min<std::size_t>(config_.tx_signal_interval, config_.tx_queue_len));
     rx_budget_ = static_cast<std::uint32_t>(config_.rx_queue_len);
     tx_queue_len_ = static_cast<std::uint32_t>(config_.tx_queue_len);
     wcs_.resize(config_.rx_batch);
@@ -227,8 +232,9 @@ Status RcIface::init() {
         }
     }
     if (srq_ == nullptr && config_.srq == ucs::config::Ternary::yes) {
-        LOOM_LOG_ERROR("rc/{}: LOOM_IB_SRQ=yes but the device cannot create a shared receive queue of {} entries",
-                       name, config_.rx_queue_len);
+        LOOM_LOG_ERROR(
+            "rc/{}: LOOM_IB_SRQ=yes but the device cannot create a shared receive queue of {} entries", name,
+            config_.rx_queue_len);
         return Status::unsupported;
     }
 
@@ -242,10 +248,11 @@ Status RcIface::init() {
     if (use_rdmacm_) {
         if (Status s = cm_listen(); s != Status::ok) return s;
     }
-    LOOM_LOG_DEBUG("rc/{}: iface open: {}, {} connect, path MTU {}, inline {}, sge {}/{} (read), {} , window {}",
-                   name, iwarp_ ? "iWARP" : (port_.ethernet() ? "RoCE" : "InfiniBand"),
-                   use_rdmacm_ ? "rdma_cm" : "verbs", mtu_bytes(path_mtu_), max_inline, max_send_sge,
-                   max_read_sge, srq_ ? "SRQ" : "per-QP receive queues", fc_window_);
+    LOOM_LOG_DEBUG(
+        "rc/{}: iface open: {}, {} connect, path MTU {}, inline {}, sge {}/{} (read), {} , window {}", name,
+        iwarp_ ? "iWARP" : (port_.ethernet() ? "RoCE" : "InfiniBand"), use_rdmacm_ ? "rdma_cm" : "verbs",
+        mtu_bytes(path_mtu_), max_inline, max_send_sge, max_read_sge, srq_ ? "SRQ" : "per-QP receive queues",
+        fc_window_);
     return Status::ok;
 }
 
@@ -285,8 +292,8 @@ Status RcIface::probe_inline() {
     ibv_qp_init_attr attr = qp_init_attr(max_inline);
     ibv_qp* qp = ibv_create_qp(md_->pd(), &attr);
     if (qp == nullptr) {
-        LOOM_LOG_ERROR("rc/{}: cannot create an RC queue pair ({} send entries, {} sge): {}", resource().dev_name,
-                       tx_queue_len_, max_send_sge, std::strerror(errno));
+        LOOM_LOG_ERROR("rc/{}: cannot create an RC queue pair ({} send entries, {} sge): {}",
+                       resource().dev_name, tx_queue_len_, max_send_sge, std::strerror(errno));
         return Status::no_resource;
     }
     (void)ibv_destroy_qp(qp);
@@ -406,13 +413,27 @@ Status RcIface::query(IfaceAttr& attr) const {
         attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap);
     }
     // A zcopy message (header and payload) must fit one receive buffer.
-    attr.am = {.max_short = max_am_short, .max_bcopy = seg_size, .min_zcopy = 0,
-               .max_zcopy = seg_size - max_am_zcopy_hdr, .max_iov = max_send_sge - 1, .opt_zcopy_align = 1,
+    attr.am = {.max_short = max_am_short,
+               .max_bcopy = seg_size,
+               .min_zcopy = 0,
+               .max_zcopy = seg_size - max_am_zcopy_hdr,
+               .max_iov = max_send_sge - 1,
+               .opt_zcopy_align = 1,
                .max_hdr = max_am_zcopy_hdr};
-    attr.put = {.max_short = max_inline, .max_bcopy = seg_size, .min_zcopy = 0, .max_zcopy = max_zcopy,
-                .max_iov = max_send_sge, .opt_zcopy_align = 1, .max_hdr = 0};
-    attr.get = {.max_short = 0, .max_bcopy = seg_size, .min_zcopy = 0, .max_zcopy = max_zcopy,
-                .max_iov = max_read_sge, .opt_zcopy_align = 1, .max_hdr = 0};
+    attr.put = {.max_short = max_inline,
+                .max_bcopy = seg_size,
+                .min_zcopy = 0,
+                .max_zcopy = max_zcopy,
+                .max_iov = max_send_sge,
+                .opt_zcopy_align = 1,
+                .max_hdr = 0};
+    attr.get = {.max_short = 0,
+                .max_bcopy = seg_size,
+                .min_zcopy = 0,
+                .max_zcopy = max_zcopy,
+                .max_iov = max_read_sge,
+                .opt_zcopy_align = 1,
+                .max_hdr = 0};
     attr.device_addr_len = sizeof(RcDeviceAddress);
     attr.iface_addr_len = sizeof(RcIfaceAddress);
     attr.ep_addr_len = use_rdmacm_ ? 0 : sizeof(RcEpAddress);
@@ -458,7 +479,8 @@ void RcIface::perf_model(IfaceAttr& attr) const {
 Status RcIface::get_device_address(std::uint8_t* out) const {
     RcDeviceAddress addr{};
     addr.version = kRcAddrVersion;
-    addr.flags = static_cast<std::uint8_t>((iwarp_ ? kDevAddrIwarp : 0) | (port_.ethernet() ? kDevAddrEthernet : 0));
+    addr.flags =
+        static_cast<std::uint8_t>((iwarp_ ? kDevAddrIwarp : 0) | (port_.ethernet() ? kDevAddrEthernet : 0));
     addr.lid = port_.attr.lid;
     std::memcpy(addr.gid, gid_.raw, sizeof(addr.gid));
     if (ip_) {
@@ -487,8 +509,9 @@ Status RcIface::parse_dev_address(const std::uint8_t* dev_addr, std::size_t len,
         return status;
     };
     if (dev_addr == nullptr || len != sizeof(RcDeviceAddress)) {
-        return fail(Status::invalid_address, fmt::format("malformed rc device address ({} bytes, expected {})", len,
-                                                         sizeof(RcDeviceAddress)));
+        return fail(
+            Status::invalid_address,
+            fmt::format("malformed rc device address ({} bytes, expected {})", len, sizeof(RcDeviceAddress)));
     }
     std::memcpy(&out, dev_addr, sizeof(out));
     if (out.version != kRcAddrVersion) {
@@ -496,21 +519,27 @@ Status RcIface::parse_dev_address(const std::uint8_t* dev_addr, std::size_t len,
                     fmt::format("rc device address version {} (expected {})", out.version, kRcAddrVersion));
     }
     if (out.flags & ~(kDevAddrIwarp | kDevAddrEthernet | kDevAddrIpv6 | kDevAddrHasIp)) {
-        return fail(Status::invalid_address, fmt::format("rc device address has unknown flags {:#x}", out.flags));
+        return fail(Status::invalid_address,
+                    fmt::format("rc device address has unknown flags {:#x}", out.flags));
     }
     bool peer_iwarp = out.flags & kDevAddrIwarp;
     bool peer_eth = out.flags & kDevAddrEthernet;
     if (peer_iwarp != iwarp_) {
-        return fail(Status::unreachable, fmt::format("peer is {}, this device is {}", peer_iwarp ? "iWARP" : "not iWARP",
-                                                     iwarp_ ? "iWARP" : "not iWARP"));
+        return fail(Status::unreachable,
+                    fmt::format("peer is {}, this device is {}", peer_iwarp ? "iWARP" : "not iWARP",
+                                iwarp_ ? "iWARP" : "not iWARP"));
     }
     if (peer_eth != port_.ethernet()) {
         return fail(Status::unreachable, "peer's link layer differs (Ethernet vs InfiniBand)");
     }
     if (use_rdmacm_) {
-        if (!(out.flags & kDevAddrHasIp)) return fail(Status::unreachable, "peer has no IP address for rdma_cm");
+        if (!(out.flags & kDevAddrHasIp)) {
+            return fail(Status::unreachable, "peer has no IP address for rdma_cm");
+        }
         bool peer_v6 = out.flags & kDevAddrIpv6;
-        if (peer_v6 != (ip_->family == AF_INET6)) return fail(Status::unreachable, "peer's IP address family differs");
+        if (peer_v6 != (ip_->family == AF_INET6)) {
+            return fail(Status::unreachable, "peer's IP address family differs");
+        }
     } else if (port_.ethernet()) {
         // RoCE v2 routes over IP: an IPv4-mapped GID reaches only IPv4-mapped GIDs.
         static const std::uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -530,33 +559,38 @@ Status RcIface::parse_iface_address(const std::uint8_t* iface_addr, std::size_t 
         return status;
     };
     if (iface_addr == nullptr || len != sizeof(RcIfaceAddress)) {
-        return fail(Status::invalid_address,
-                    fmt::format("malformed rc iface address ({} bytes, expected {})", len, sizeof(RcIfaceAddress)));
+        return fail(Status::invalid_address, fmt::format("malformed rc iface address ({} bytes, expected {})",
+                                                         len, sizeof(RcIfaceAddress)));
     }
     std::memcpy(&out, iface_addr, sizeof(out));
     if (out.version != kRcAddrVersion) {
         return fail(Status::invalid_address,
                     fmt::format("rc iface address version {} (expected {})", out.version, kRcAddrVersion));
     }
-    if (out.cm != static_cast<std::uint8_t>(CmMode::verbs) && out.cm != static_cast<std::uint8_t>(CmMode::rdmacm)) {
-        return fail(Status::invalid_address, fmt::format("rc iface address has unknown connection mode {}", out.cm));
+    if (out.cm != static_cast<std::uint8_t>(CmMode::verbs) &&
+        out.cm != static_cast<std::uint8_t>(CmMode::rdmacm)) {
+        return fail(Status::invalid_address,
+                    fmt::format("rc iface address has unknown connection mode {}", out.cm));
     }
     bool peer_rdmacm = out.cm == static_cast<std::uint8_t>(CmMode::rdmacm);
     if (peer_rdmacm != use_rdmacm_) {
-        return fail(Status::unreachable, fmt::format("peer connects with {}, this iface with {}",
-                                                     peer_rdmacm ? "rdma_cm" : "verbs",
-                                                     use_rdmacm_ ? "rdma_cm" : "verbs"));
+        return fail(Status::unreachable,
+                    fmt::format("peer connects with {}, this iface with {}",
+                                peer_rdmacm ? "rdma_cm" : "verbs", use_rdmacm_ ? "rdma_cm" : "verbs"));
     }
-    if (peer_rdmacm && out.port == 0) return fail(Status::invalid_address, "rc iface address has no rdma_cm port");
+    if (peer_rdmacm && out.port == 0) {
+        return fail(Status::invalid_address, "rc iface address has no rdma_cm port");
+    }
     if (out.seg_size != seg_size) {
-        return fail(Status::unreachable, fmt::format("peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", out.seg_size,
-                                                     seg_size));
+        return fail(Status::unreachable,
+                    fmt::format("peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", out.seg_size, seg_size));
     }
     return Status::ok;
 }
 
-bool RcIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
-                           std::size_t iface_addr_len, std::string* reason) const {
+bool RcIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len,
+                           const std::uint8_t* iface_addr, std::size_t iface_addr_len,
+                           std::string* reason) const {
     RcDeviceAddress dev;
     RcIfaceAddress iface;
     return parse_dev_address(dev_addr, dev_addr_len, dev, reason) == Status::ok &&
@@ -612,9 +646,11 @@ Status RcIface::qp_to_init(RcEp* ep) {
     attr.port_num = port_.num;
     attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     if (atomics_) attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
-    int rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    int rc =
+        ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     if (rc != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x} to INIT failed: {}", resource().dev_name, ep->qp_num, std::strerror(rc));
+        LOOM_LOG_ERROR("rc/{}: QP {:#x} to INIT failed: {}", resource().dev_name, ep->qp_num,
+                       std::strerror(rc));
         return Status::io_error;
     }
     return Status::ok;
@@ -627,15 +663,18 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         RcIfaceAddress iface;
         std::string reason;
         Status status = parse_dev_address(params.dev_addr, params.dev_addr_len, dev, &reason);
-        if (status == Status::ok) status = parse_iface_address(params.iface_addr, params.iface_addr_len, iface, &reason);
+        if (status == Status::ok) {
+            status = parse_iface_address(params.iface_addr, params.iface_addr_len, iface, &reason);
+        }
         if (status != Status::ok) {
             LOOM_LOG_ERROR("rc/{}: ep_create: {}", name, reason);
             return status;
         }
         if (!use_rdmacm_) {
-            LOOM_LOG_ERROR("rc/{}: ep_create: this iface connects endpoint to endpoint (LOOM_IB_CM=verbs); create "
-                           "the endpoint without an address and call ep_connect_to_ep",
-                           name);
+            LOOM_LOG_ERROR(
+                "rc/{}: ep_create: this iface connects endpoint to endpoint (LOOM_IB_CM=verbs); create "
+                "the endpoint without an address and call ep_connect_to_ep",
+                name);
             return Status::unsupported;
         }
         auto ep = new_ep(params, false);
@@ -650,16 +689,19 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         return static_cast<Ep*>(*ep);
     }
     if (use_rdmacm_) {
-        LOOM_LOG_ERROR("rc/{}: ep_create: this iface connects through rdma_cm and needs the peer's device and "
-                       "iface addresses",
-                       name);
+        LOOM_LOG_ERROR(
+            "rc/{}: ep_create: this iface connects through rdma_cm and needs the peer's device and "
+            "iface addresses",
+            name);
         return Status::invalid_param;
     }
     auto ep = new_ep(params, false);
     if (!ep) return ep.status();
     Status status = create_qp(*ep, nullptr);
     if (status == Status::ok) status = qp_to_init(*ep);
-    if (status == Status::ok && srq_ == nullptr) status = post_rx_qp(*ep, static_cast<int>(fc_window_ + kGrantSlots));
+    if (status == Status::ok && srq_ == nullptr) {
+        status = post_rx_qp(*ep, static_cast<int>(fc_window_ + kGrantSlots));
+    }
     if (status != Status::ok) {
         std::erase(eps_, *ep);
         release_rx(*ep);
@@ -707,13 +749,14 @@ Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::s
     std::memcpy(&peer, ep_addr, sizeof(peer));
     if (peer.version != kRcAddrVersion || !mtu_from_bytes(mtu_bytes(static_cast<ibv_mtu>(peer.mtu))) ||
         peer.window == 0 || peer.qpn == 0 || peer.qpn > 0xffffff) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: invalid endpoint address (version {}, mtu {}, window {}, qpn {:#x})",
-                       name, peer.version, peer.mtu, peer.window, peer.qpn);
+        LOOM_LOG_ERROR(
+            "rc/{}: ep_connect_to_ep: invalid endpoint address (version {}, mtu {}, window {}, qpn {:#x})",
+            name, peer.version, peer.mtu, peer.window, peer.qpn);
         return Status::invalid_address;
     }
     if (peer.seg_size != seg_size) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", name, peer.seg_size,
-                       seg_size);
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", name,
+                       peer.seg_size, seg_size);
         return Status::unreachable;
     }
     ibv_qp_attr attr{};
@@ -756,7 +799,8 @@ Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::s
         LOOM_LOG_ERROR("rc/{}: QP {:#x} to RTS failed: {}", name, ep->qp_num, std::strerror(rc));
         return Status::io_error;
     }
-    ep->cold->peer = fmt::format("QP {:#x} at {}", peer.qpn, gid_text(*reinterpret_cast<const ibv_gid*>(dev.gid)));
+    ep->cold->peer =
+        fmt::format("QP {:#x} at {}", peer.qpn, gid_text(*reinterpret_cast<const ibv_gid*>(dev.gid)));
     connected(ep, peer.window);
     return Status::ok;
 }
@@ -765,6 +809,7 @@ void RcIface::connected(RcEp* ep, std::uint16_t peer_window) {
     ep->flags |= kEpConnected;
     ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_);
     ep->fc_credits = static_cast<std::int16_t>(std::min<std::uint32_t>(peer_window, INT16_MAX));
+    if (ep->flags & kEpGrantDue) send_grant(ep);
     if (!ep->pending.empty()) arbiter_add(ep);
     LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} connected to {}, {} credits", resource().dev_name, ep->qp_num,
                    ep->cold->peer, ep->fc_credits);
@@ -789,7 +834,9 @@ void RcIface::ep_destroy(Ep* tl_ep) {
 
 void RcIface::close_ep(RcEp* ep) {
     ep->flags |= kEpClosing;
-    if ((ep->flags & kEpInArbiter) && arbiter_.remove(*ep)) ep->flags &= static_cast<std::uint8_t>(~kEpInArbiter);
+    if ((ep->flags & kEpInArbiter) && arbiter_.remove(*ep)) {
+        ep->flags &= static_cast<std::uint8_t>(~kEpInArbiter);
+    }
     std::erase(failed_unreported_, ep);
     std::erase(draining_, ep);
     std::erase(eps_, ep);
@@ -869,9 +916,10 @@ Status RcIface::reserve_rx(RcEp* ep) {
     (void)ep;
     std::uint32_t need = fc_window_ + kGrantSlots;
     if (rx_budget_ < need) {
-        LOOM_LOG_ERROR("rc/{}: no receive buffers left for another endpoint: {} endpoints x (window {} + {}) "
-                       "exhaust LOOM_IB_RX_QUEUE_LEN={}",
-                       resource().dev_name, eps_.size() - 1, fc_window_, kGrantSlots, config_.rx_queue_len);
+        LOOM_LOG_ERROR(
+            "rc/{}: no receive buffers left for another endpoint: {} endpoints x (window {} + {}) "
+            "exhaust LOOM_IB_RX_QUEUE_LEN={}",
+            resource().dev_name, eps_.size() - 1, fc_window_, kGrantSlots, config_.rx_queue_len);
         return Status::no_resource;
     }
     rx_budget_ -= need;
@@ -899,8 +947,8 @@ void RcIface::prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge) const {
     auto* bytes = static_cast<std::uint8_t*>(desc);
     std::uint32_t lkey;
     std::memcpy(&lkey, bytes + kRxDescLkey, sizeof(lkey));
-    sge = {reinterpret_cast<std::uintptr_t>(bytes + kRxDescHdr), static_cast<std::uint32_t>(sizeof(RcAmHdr) + seg_size),
-           lkey};
+    sge = {reinterpret_cast<std::uintptr_t>(bytes + kRxDescHdr),
+           static_cast<std::uint32_t>(sizeof(RcAmHdr) + seg_size), lkey};
     wr = {};
     wr.wr_id = reinterpret_cast<std::uintptr_t>(desc);
     wr.sg_list = &sge;
@@ -1024,9 +1072,7 @@ void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
 
 void RcIface::finish_op(TxOp* op, Status status) {
     switch (op->kind) {
-    case TxOpKind::buffer:
-        tx_desc_pool.put(op);
-        return;
+    case TxOpKind::buffer: tx_desc_pool.put(op); return;
     case TxOpKind::buffer_completion: {
         Completion* comp = op->comp;
         tx_desc_pool.put(op);
@@ -1051,7 +1097,8 @@ void RcIface::finish_op(TxOp* op, Status status) {
     case TxOpKind::fetch64: {
         Completion* comp = op->comp;
         if (status == Status::ok) {
-            std::memcpy(op->result, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload, sizeof(std::uint64_t));
+            std::memcpy(op->result, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload,
+                        sizeof(std::uint64_t));
         }
         tx_desc_pool.put(op);
         completion_update(comp, status);
@@ -1093,8 +1140,8 @@ unsigned RcIface::poll_rx() {
         RcAmHdr hdr;
         std::memcpy(&hdr, desc + kRxDescHdr, sizeof(hdr));
         if (LOOM_UNLIKELY(wc.byte_len < sizeof(RcAmHdr))) {
-            LOOM_LOG_WARN("rc/{}: dropped a {}-byte message without header from QP {:#x}", resource().dev_name,
-                          wc.byte_len, wc.qp_num);
+            LOOM_LOG_WARN("rc/{}: dropped a {}-byte message without header from QP {:#x}",
+                          resource().dev_name, wc.byte_len, wc.qp_num);
             rx_pool.put(desc);
             continue;
         }
@@ -1103,7 +1150,8 @@ unsigned RcIface::poll_rx() {
             if (!ep->pending.empty()) arbiter_add(ep);
         }
         if (LOOM_LIKELY(!(hdr.flags & kAmHdrGrant))) {
-            Status status = invoke_am(hdr.am_id, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr), kAmCbFlagDesc);
+            Status status =
+                invoke_am(hdr.am_id, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr), kAmCbFlagDesc);
             if (status != Status::in_progress) rx_pool.put(desc);
             if (ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
                 ++ep->rx_credits;
@@ -1128,8 +1176,14 @@ void RcIface::rx_error(RcEp* ep, const ibv_wc& wc) {
 }
 
 void RcIface::send_grant(RcEp* ep) {
-    if (ep->rx_credits == 0 || !(ep->flags & kEpConnected) || (ep->flags & (kEpFailed | kEpClosing))) {
+    if (ep->rx_credits == 0 || (ep->flags & (kEpFailed | kEpClosing))) {
         ep->flags &= static_cast<std::uint8_t>(~kEpGrantDue);
+        return;
+    }
+    if (!(ep->flags & kEpConnected)) {
+        // An accepting endpoint receives as soon as its QP is ready, which may be before its
+        // ESTABLISHED event is read: the grant goes out from connected().
+        ep->flags |= kEpGrantDue;
         return;
     }
     if (ep->sq_avail <= 0 || cq_avail <= 0) {
@@ -1202,7 +1256,8 @@ Status RcIface::post_failed(RcEp* ep, int rc, const char* what) {
         LOOM_LOG_DEBUG("rc/{}: {} on QP {:#x}: send queue full", resource().dev_name, what, ep->qp_num);
         return Status::no_resource;
     }
-    LOOM_LOG_ERROR("rc/{}: {} on QP {:#x} failed: {}", resource().dev_name, what, ep->qp_num, std::strerror(rc));
+    LOOM_LOG_ERROR("rc/{}: {} on QP {:#x} failed: {}", resource().dev_name, what, ep->qp_num,
+                   std::strerror(rc));
     return Status::io_error;
 }
 
@@ -1215,8 +1270,8 @@ void RcIface::fail_ep(RcEp* ep, Status status, const std::string& why) {
     if (ep->qp != nullptr) qp_to_error(ep);
     if (ep->flags & kEpPassive) {
         // An accepted connection belongs to the iface: nobody to tell, it just goes away.
-        LOOM_LOG_DEBUG("rc/{}: accepted connection from {} ended: {} ({})", resource().dev_name, ep->cold->peer, why,
-                       to_string(status));
+        LOOM_LOG_DEBUG("rc/{}: accepted connection from {} ended: {} ({})", resource().dev_name,
+                       ep->cold->peer, why, to_string(status));
         close_ep(ep);
         return;
     }
@@ -1237,8 +1292,8 @@ void RcIface::drain_failed() {
             continue;
         }
         if (ep->tx_sn != ep->acked_sn) {
-            LOOM_LOG_DEBUG("rc/{}: QP {:#x}: {} requests never flushed by the device; completing them", resource().dev_name,
-                           ep->qp_num, ep->tx_sn - ep->acked_sn);
+            LOOM_LOG_DEBUG("rc/{}: QP {:#x}: {} requests never flushed by the device; completing them",
+                           resource().dev_name, ep->qp_num, ep->tx_sn - ep->acked_sn);
             // Their CQ entries will never be used: the accounting of complete_upto stays right.
             complete_upto(ep, ep->tx_sn, ep->cold->status);
         }

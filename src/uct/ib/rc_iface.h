@@ -63,14 +63,15 @@ Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Wor
 /** See the file comment. */
 class RcIface final : public Iface {
     // Declared before the pools, which deregister their chunks through it when they are destroyed.
-    std::vector<ibv_mr*> chunk_mrs_;   ///< registrations of pool chunks
-    std::uint32_t chunk_lkey_ = 0;     ///< lkey of the chunk whose elements are being initialized
+    std::vector<ibv_mr*> chunk_mrs_;  ///< registrations of pool chunks
+    std::uint32_t chunk_lkey_ = 0;    ///< lkey of the chunk whose elements are being initialized
 
 public:
     /** rdma_cm channel polling interval of an idle iface, in progress calls. */
     static constexpr unsigned kCmPollInterval = 64;
 
-    RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource, const IbConfig& config);
+    RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
+            const IbConfig& config);
     ~RcIface() override;
 
     /** Checks the configuration and creates the CQs, SRQ, pools and (rdma_cm) the listener. */
@@ -89,7 +90,8 @@ public:
 
     // --- used by the data path (rc_ep.cc) ----------------------------------------------------
 
-    /** Polls both CQs, serves the arbiter, reports failures, reaps closed endpoints, polls rdma_cm when due. */
+    /** Polls both CQs, serves the arbiter, reports failures, reaps closed endpoints, polls rdma_cm when due.
+     */
     unsigned progress();
 
     /** ep_flush of @p ep: ok when idle, in_progress (with @p comp queued), no_resource, or the failure. */
@@ -118,21 +120,21 @@ public:
     bool iwarp() const noexcept { return iwarp_; }
 
     // Hot fields, read on every operation.
-    std::int32_t cq_avail = 0;        ///< free send CQ entries
+    std::int32_t cq_avail = 0;  ///< free send CQ entries
     std::uint32_t signal_interval = 1;
-    std::uint32_t max_inline = 0;     ///< bytes of inline data per request
-    std::uint32_t max_am_short = 0;   ///< payload of am_short (inline minus the 4+8 header bytes)
-    std::uint32_t seg_size = 0;       ///< am/put/get bcopy payload
+    std::uint32_t max_inline = 0;    ///< bytes of inline data per request
+    std::uint32_t max_am_short = 0;  ///< payload of am_short (inline minus the 4+8 header bytes)
+    std::uint32_t seg_size = 0;      ///< am/put/get bcopy payload
     std::uint32_t max_send_sge = 1;
     std::uint32_t max_read_sge = 1;
-    std::uint32_t max_zcopy = 0;      ///< put/get zcopy bytes per request
+    std::uint32_t max_zcopy = 0;  ///< put/get zcopy bytes per request
     std::uint32_t max_am_zcopy_hdr = 0;
     std::uint16_t grant_threshold = 1;  ///< send a grant once this many credits are owed
     std::uint32_t atomic_scratch_lkey = 0;
     std::uint64_t* atomic_scratch = nullptr;  ///< where posted atomics' old values land
-    ucs::MemPool tx_desc_pool;        ///< registered bounce descriptors (TxOp + header + payload)
-    ucs::MemPool op_pool;             ///< TxOp records without a buffer
-    ucs::MemPool rx_pool;             ///< registered receive descriptors
+    ucs::MemPool tx_desc_pool;                ///< registered bounce descriptors (TxOp + header + payload)
+    ucs::MemPool op_pool;                     ///< TxOp records without a buffer
+    ucs::MemPool rx_pool;                     ///< registered receive descriptors
 
 private:
     Status check_config();
@@ -199,34 +201,34 @@ private:
     std::uint32_t max_rd_atomic_ = 1;
     std::uint32_t max_dest_rd_atomic_ = 1;
     std::uint32_t tx_queue_len_ = 0;
-    std::uint32_t rx_budget_ = 0;      ///< receive buffers not reserved by an endpoint
+    std::uint32_t rx_budget_ = 0;  ///< receive buffers not reserved by an endpoint
     std::uint32_t fc_window_ = 0;
     std::optional<IpAddress> ip_;
-    std::uint16_t gen_ = 0;            ///< generation of the last endpoint created
+    std::uint16_t gen_ = 0;  ///< generation of the last endpoint created
 
     ibv_cq* send_cq_ = nullptr;
     ibv_cq* recv_cq_ = nullptr;
     ibv_srq* srq_ = nullptr;
-    std::int32_t srq_posted_ = 0;      ///< receives on the SRQ
-    std::int32_t srq_target_ = 0;      ///< receives the SRQ should hold (sum of reservations)
-    std::vector<void*> rx_descs_;      ///< every receive descriptor, to take back posted ones at the end
+    std::int32_t srq_posted_ = 0;  ///< receives on the SRQ
+    std::int32_t srq_target_ = 0;  ///< receives the SRQ should hold (sum of reservations)
+    std::vector<void*> rx_descs_;  ///< every receive descriptor, to take back posted ones at the end
     void* atomic_scratch_mem_ = nullptr;
     ibv_mr* scratch_mr_ = nullptr;
     std::vector<ibv_wc> wcs_;
 
     std::unordered_map<std::uint32_t, RcEp*> qp_map_;
     ucs::Queue<RcEp, &RcEp::arb_link> arbiter_;
-    std::vector<RcEp*> eps_;           ///< live endpoints (user-visible and passive)
-    std::vector<RcEp*> closing_;       ///< destroyed, waiting for their flushed requests
+    std::vector<RcEp*> eps_;      ///< live endpoints (user-visible and passive)
+    std::vector<RcEp*> closing_;  ///< destroyed, waiting for their flushed requests
     std::vector<RcEp*> failed_unreported_;
-    std::vector<RcEp*> draining_;      ///< failed, waiting for the device to flush their requests
+    std::vector<RcEp*> draining_;  ///< failed, waiting for the device to flush their requests
     IfaceFlush* flushes_ = nullptr;
 
     rdma_event_channel* cm_channel_ = nullptr;
     rdma_cm_id* cm_listen_id_ = nullptr;
     std::uint16_t cm_port_ = 0;
     unsigned cm_countdown_ = 1;
-    unsigned cm_busy_ = 0;             ///< endpoints in connection set-up
+    unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
 };
 
 /** Resolves the ep serving a QP number (inline for the completion paths). */

@@ -26,8 +26,8 @@ enum DevAddrFlags : std::uint8_t {
 struct RcDeviceAddress {
     std::uint8_t version;
     std::uint8_t flags;
-    std::uint16_t lid;        ///< InfiniBand only
-    std::uint8_t gid[16];     ///< the GID the iface uses (RoCE: chosen by LOOM_IB_GID_INDEX)
+    std::uint16_t lid;     ///< InfiniBand only
+    std::uint8_t gid[16];  ///< the GID the iface uses (RoCE: chosen by LOOM_IB_GID_INDEX)
     std::uint8_t ip[16];
 };
 static_assert(sizeof(RcDeviceAddress) == 36);
@@ -35,19 +35,19 @@ static_assert(sizeof(RcDeviceAddress) == 36);
 /** The iface address: how endpoints are connected, and the rdma_cm port where that applies. */
 struct RcIfaceAddress {
     std::uint8_t version;
-    std::uint8_t cm;          ///< CmMode::verbs or CmMode::rdmacm
-    std::uint16_t port;       ///< rdma_cm listening port (host order), 0 for verbs
-    std::uint32_t seg_size;   ///< receive buffer payload size: peers must agree
+    std::uint8_t cm;         ///< CmMode::verbs or CmMode::rdmacm
+    std::uint16_t port;      ///< rdma_cm listening port (host order), 0 for verbs
+    std::uint32_t seg_size;  ///< receive buffer payload size: peers must agree
 };
 static_assert(sizeof(RcIfaceAddress) == 8);
 
 /** The endpoint address of a connect-to-ep endpoint. */
 struct RcEpAddress {
     std::uint8_t version;
-    std::uint8_t mtu;         ///< ibv_mtu of the sender's port
-    std::uint16_t window;     ///< active messages the sender of this address can receive (peer's credits)
+    std::uint8_t mtu;      ///< ibv_mtu of the sender's port
+    std::uint16_t window;  ///< active messages the sender of this address can receive (peer's credits)
     std::uint32_t qpn;
-    std::uint32_t psn;        ///< first packet sequence number of the sender's send queue
+    std::uint32_t psn;  ///< first packet sequence number of the sender's send queue
     std::uint32_t seg_size;
 };
 static_assert(sizeof(RcEpAddress) == 16);

@@ -84,7 +84,10 @@ public:
         IfaceParams params;
         params.config_overrides = overrides;
         auto iface = md_->iface_open(r.tl, &worker_, params);
-        if (!iface) throw std::runtime_error(std::string("iface_open failed: ") + std::string(to_string(iface.status())));
+        if (!iface) {
+            throw std::runtime_error(std::string("iface_open failed: ") +
+                                     std::string(to_string(iface.status())));
+        }
         iface_ = std::move(*iface);
         if (iface_->query(attr_) != Status::ok || md_->query(md_attr_) != Status::ok) {
             throw std::runtime_error("query failed");
@@ -92,7 +95,8 @@ public:
         dev_addr_.resize(attr_.device_addr_len);
         iface_addr_.resize(attr_.iface_addr_len);
         if (iface_->get_device_address(dev_addr_.data()) != Status::ok ||
-            iface_->get_address(iface_addr_.data()) != Status::ok || iface_->progress_enable() != Status::ok) {
+            iface_->get_address(iface_addr_.data()) != Status::ok ||
+            iface_->progress_enable() != Status::ok) {
             throw std::runtime_error("iface set-up failed");
         }
     }
@@ -119,7 +123,8 @@ public:
      * An endpoint to @p peer. Endpoint to endpoint: @p peer gets one back (returned in
      * @p back); to an iface: the peer accepts by itself and @p back is null.
      */
-    Ep* connect(Side& peer, const EpParams& params = {}, Ep** back = nullptr, const EpParams& back_params = {}) {
+    Ep* connect(Side& peer, const EpParams& params = {}, Ep** back = nullptr,
+                const EpParams& back_params = {}) {
         if (connect_to_ep()) {
             auto ep = iface_->ep_create(params);
             auto peer_ep = peer.iface_->ep_create(back_params);
@@ -129,10 +134,10 @@ public:
             std::vector<std::uint8_t> a(attr_.ep_addr_len), b(peer.attr_.ep_addr_len);
             if (iface_->ep_get_address(*ep, a.data()) != Status::ok ||
                 peer.iface_->ep_get_address(*peer_ep, b.data()) != Status::ok ||
-                iface_->ep_connect_to_ep(*ep, peer.dev_addr_.data(), peer.dev_addr_.size(), b.data(), b.size()) !=
-                    Status::ok ||
-                peer.iface_->ep_connect_to_ep(*peer_ep, dev_addr_.data(), dev_addr_.size(), a.data(), a.size()) !=
-                    Status::ok) {
+                iface_->ep_connect_to_ep(*ep, peer.dev_addr_.data(), peer.dev_addr_.size(), b.data(),
+                                         b.size()) != Status::ok ||
+                peer.iface_->ep_connect_to_ep(*peer_ep, dev_addr_.data(), dev_addr_.size(), a.data(),
+                                              a.size()) != Status::ok) {
                 throw std::runtime_error("connect to ep failed");
             }
             if (back != nullptr) *back = *peer_ep;
@@ -193,7 +198,9 @@ struct ErrorLog {
 
 std::vector<std::uint8_t> pattern(std::size_t length, unsigned seed) {
     std::vector<std::uint8_t> data(length);
-    for (std::size_t i = 0; i < length; ++i) data[i] = static_cast<std::uint8_t>(seed * 131 + i * 7 + (i >> 8));
+    for (std::size_t i = 0; i < length; ++i) {
+        data[i] = static_cast<std::uint8_t>(seed * 131 + i * 7 + (i >> 8));
+    }
     return data;
 }
 
@@ -226,12 +233,15 @@ struct RemoteBuffer {
     Side* owner;
     Side* user;
 
-    RemoteBuffer(Side& owner_side, Side& user_side, std::size_t size) : data(size, 0), owner(&owner_side), user(&user_side) {
+    RemoteBuffer(Side& owner_side, Side& user_side, std::size_t size)
+        : data(size, 0), owner(&owner_side), user(&user_side) {
         auto reg = owner->md().mem_reg(data.data(), data.size(), kAccessAll);
         if (!reg) throw std::runtime_error("mem_reg failed");
         memh = *reg;
         std::vector<std::uint8_t> packed(kIbRkeySize);
-        if (owner->md().mkey_pack(memh, packed.data()) != Status::ok) throw std::runtime_error("mkey_pack failed");
+        if (owner->md().mkey_pack(memh, packed.data()) != Status::ok) {
+            throw std::runtime_error("mkey_pack failed");
+        }
         auto unpacked = user->md().component().rkey_unpack(packed.data(), packed.size());
         if (!unpacked) throw std::runtime_error("rkey_unpack failed");
         rkey = *unpacked;
@@ -240,7 +250,9 @@ struct RemoteBuffer {
         user->md().component().rkey_release(rkey);
         (void)owner->md().mem_dereg(memh);
     }
-    std::uint64_t addr(std::size_t offset = 0) const { return reinterpret_cast<std::uint64_t>(data.data()) + offset; }
+    std::uint64_t addr(std::size_t offset = 0) const {
+        return reinterpret_cast<std::uint64_t>(data.data()) + offset;
+    }
     static constexpr std::size_t kIbRkeySize = 5;
 };
 
@@ -249,7 +261,8 @@ struct LocalBuffer {
     std::vector<std::uint8_t> data;
     MemH memh = kMemHNull;
     Side* side;
-    LocalBuffer(Side& s, std::size_t size, unsigned access, std::uint8_t fill = 0) : data(size, fill), side(&s) {
+    LocalBuffer(Side& s, std::size_t size, unsigned access, std::uint8_t fill = 0)
+        : data(size, fill), side(&s) {
         auto reg = side->md().mem_reg(data.data(), data.size(), access);
         if (!reg) throw std::runtime_error("mem_reg failed");
         memh = *reg;
@@ -273,7 +286,8 @@ TEST_P(IbResourceTest, DescribeShowsTheDevice) {
     }
     // Every GID the kernel lists is shown with its index.
     std::string port = GetParam().tl.dev_name.substr(GetParam().tl.dev_name.rfind(':') + 1);
-    std::string gid0 = read_line("/sys/class/infiniband/" + GetParam().md_name + "/ports/" + port + "/gids/0");
+    std::string gid0 =
+        read_line("/sys/class/infiniband/" + GetParam().md_name + "/ports/" + port + "/gids/0");
     if (!gid0.empty()) {
         EXPECT_NE(std::string::npos, text.find("GID[0] ")) << text;
     }
@@ -286,7 +300,8 @@ TEST_P(IbResourceTest, AttributesMatchTheDevice) {
     EXPECT_TRUE(attr.cap_flags & kCapPutShort);
     EXPECT_EQ(attr.put.max_short, attr.am.max_short + 12) << "am_short = inline minus 4 + 8 header bytes";
     EXPECT_EQ(8192u, attr.am.max_bcopy);
-    EXPECT_LE(attr.am.max_zcopy + attr.am.max_hdr, attr.am.max_bcopy) << "a zcopy message fits a receive buffer";
+    EXPECT_LE(attr.am.max_zcopy + attr.am.max_hdr, attr.am.max_bcopy)
+        << "a zcopy message fits a receive buffer";
     EXPECT_GE(attr.get.max_iov, 1u);
     EXPECT_GT(attr.bandwidth_dedicated, 0);
     EXPECT_GT(attr.latency.c, 0);
@@ -338,7 +353,9 @@ TEST_P(IbResourceTest, GidAutoPicksRoceV2Ipv4) {
     std::memcpy(&addr, side.dev_addr().data(), sizeof(addr));
     std::string gid = read_line(base + "/gids/" + std::to_string(index));  // "0000:0000:...:ffff:c000:0201"
     std::string hex;
-    for (unsigned i = 0; i < 16; ++i) hex += fmt::format("{:02x}{}", addr.gid[i], (i % 2 == 1 && i != 15) ? ":" : "");
+    for (unsigned i = 0; i < 16; ++i) {
+        hex += fmt::format("{:02x}{}", addr.gid[i], (i % 2 == 1 && i != 15) ? ":" : "");
+    }
     EXPECT_EQ(gid, hex);
     EXPECT_EQ(0xff, addr.gid[10]);
     EXPECT_EQ(0xff, addr.gid[11]);
@@ -367,8 +384,11 @@ TEST_P(IbResourceTest, BadConfigurationIsRejectedWithOneLine) {
     auto md = GetParam().component->md_open(GetParam().md_name);
     ASSERT_TRUE(md.ok());
     Worker worker;
-    for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-             {"IB_FC_WINDOW", "0"}, {"IB_SEG_SIZE", "16"}, {"IB_RX_QUEUE_LEN", "10"}, {"IB_PATH_MTU", "1000"}}) {
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, std::string>>{{"IB_FC_WINDOW", "0"},
+                                                          {"IB_SEG_SIZE", "16"},
+                                                          {"IB_RX_QUEUE_LEN", "10"},
+                                                          {"IB_PATH_MTU", "1000"}}) {
         loom::test::LogCapture capture("error");
         IfaceParams params;
         params.config_overrides = {{key, value}};
@@ -410,22 +430,26 @@ TEST_P(IbResourceTest, ConnectModelIsEnforced) {
         params.dev_addr_len = side.dev_addr().size();
         params.iface_addr = side.iface_addr().data();
         params.iface_addr_len = side.iface_addr().size();
-        EXPECT_EQ(Status::unsupported, side.iface().ep_create(params).status()) << "valid address, wrong model";
+        EXPECT_EQ(Status::unsupported, side.iface().ep_create(params).status())
+            << "valid address, wrong model";
         auto ep = side.iface().ep_create(EpParams{});
         ASSERT_TRUE(ep.ok());
         std::vector<std::uint8_t> addr(side.attr().ep_addr_len);
         ASSERT_EQ(Status::ok, side.iface().ep_get_address(*ep, addr.data()));
         auto bad = addr;
         bad[0] ^= 0xff;
-        EXPECT_EQ(Status::invalid_address, side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(),
-                                                                         side.dev_addr().size(), bad.data(), bad.size()));
-        EXPECT_EQ(Status::invalid_address, side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(),
-                                                                         side.dev_addr().size(), addr.data(), 3));
+        EXPECT_EQ(Status::invalid_address,
+                  side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(), side.dev_addr().size(),
+                                                bad.data(), bad.size()));
+        EXPECT_EQ(Status::invalid_address,
+                  side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(), side.dev_addr().size(),
+                                                addr.data(), 3));
         // Not connected yet: operations wait, they do not fail.
         EXPECT_EQ(Status::no_resource, ep_am_short(*ep, kAmId, 0, nullptr, 0));
         side.iface().ep_destroy(*ep);
     } else {
-        EXPECT_EQ(Status::invalid_param, side.iface().ep_create(EpParams{}).status()) << "rdma_cm needs an address";
+        EXPECT_EQ(Status::invalid_param, side.iface().ep_create(EpParams{}).status())
+            << "rdma_cm needs an address";
     }
 }
 
@@ -472,9 +496,12 @@ protected:
         for (;;) {
             auto result = op();
             if constexpr (std::is_same_v<decltype(result), Status>) {
-                if (result != Status::no_resource || std::chrono::steady_clock::now() > deadline) return result;
+                if (result != Status::no_resource || std::chrono::steady_clock::now() > deadline) {
+                    return result;
+                }
             } else {
-                if (result != static_cast<ssize_t>(Status::no_resource) || std::chrono::steady_clock::now() > deadline) {
+                if (result != static_cast<ssize_t>(Status::no_resource) ||
+                    std::chrono::steady_clock::now() > deadline) {
                     return result >= 0 ? Status::ok : static_cast<Status>(result);
                 }
             }
@@ -524,7 +551,8 @@ protected:
         Ep* ep = sender_->connect(*receiver_, params, back, back_params);
         std::size_t before = received_.messages.size();
         EXPECT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 0xc0ffee, nullptr, 0); }));
-        EXPECT_TRUE(wait_for([&] { return received_.messages.size() == before + 1; })) << "connection never worked";
+        EXPECT_TRUE(wait_for([&] { return received_.messages.size() == before + 1; }))
+            << "connection never worked";
         received_.messages.clear();
         return ep;
     }
@@ -543,7 +571,8 @@ TEST_P(IbPairTest, ActiveMessagesBothWays) {
         auto payload = pattern(sizes[i], static_cast<unsigned>(i));
         if (sizes[i] <= sender_->attr().am.max_short) {
             ASSERT_EQ(Status::ok, retry([&] {
-                          return ep_am_short(ep, kAmId, i, payload.data(), static_cast<unsigned>(payload.size()));
+                          return ep_am_short(ep, kAmId, i, payload.data(),
+                                             static_cast<unsigned>(payload.size()));
                       }));
         } else {
             ASSERT_EQ(Status::ok, retry([&] { return ep_am_bcopy(ep, kAmId, pack_vector, &payload, 0); }));
@@ -573,7 +602,8 @@ TEST_P(IbPairTest, ActiveMessagesBothWays) {
     std::uint64_t header = 0x123456789abcdef0ull;
     CountingCompletion comp;
     Status status;
-    while ((status = ep_am_zcopy(ep, kAmId, &header, 8, iov.data(), iov.size(), 0, &comp)) == Status::no_resource) {
+    while ((status = ep_am_zcopy(ep, kAmId, &header, 8, iov.data(), iov.size(), 0, &comp)) ==
+           Status::no_resource) {
         progress();
     }
     finish(status, comp);
@@ -611,15 +641,17 @@ TEST_P(IbPairTest, BothSidesFlushAtOnceAfterTheQueueWrapped) {
     Status sb = ep_flush(back, kFlushLocal, &b);
     ASSERT_TRUE(sa == Status::ok || sa == Status::in_progress) << to_string(sa);
     ASSERT_TRUE(sb == Status::ok || sb == Status::in_progress) << to_string(sb);
-    ASSERT_TRUE(wait_for([&] { return (sa == Status::ok || a.fired == 1) && (sb == Status::ok || b.fired == 1); }));
+    ASSERT_TRUE(
+        wait_for([&] { return (sa == Status::ok || a.fired == 1) && (sb == Status::ok || b.fired == 1); }));
     EXPECT_EQ(Status::ok, a.status);
     EXPECT_EQ(Status::ok, b.status);
     // Empty reads name a valid sink too.
     RemoteBuffer remote(*receiver_, *sender_, 64);
     CountingCompletion empty_get;
     Status status;
-    while ((status = ep_get_bcopy(ep, [](void*, const void*, std::size_t) {}, nullptr, 0, remote.addr(0),
-                                  remote.rkey.rkey, &empty_get)) == Status::no_resource) {
+    while ((status = ep_get_bcopy(
+                ep, [](void*, const void*, std::size_t) {}, nullptr, 0, remote.addr(0), remote.rkey.rkey,
+                &empty_get)) == Status::no_resource) {
         progress();
     }
     finish(status, empty_get);
@@ -634,7 +666,8 @@ TEST_P(IbPairTest, FlowControlNeverOverrunsTheReceiver) {
     Ep* ep = connect();
     std::string port = GetParam().b.tl.dev_name.substr(GetParam().b.tl.dev_name.rfind(':') + 1);
     auto counter = [&](const Resource& r, const char* name) {
-        std::string value = read_line("/sys/class/infiniband/" + r.md_name + "/ports/" + port + "/hw_counters/" + name);
+        std::string value =
+            read_line("/sys/class/infiniband/" + r.md_name + "/ports/" + port + "/hw_counters/" + name);
         return value.empty() ? -1L : std::stol(value);
     };
     long rnr_before = counter(GetParam().a, "rcvd_rnr_err") + counter(GetParam().b, "send_rnr_err");
@@ -642,7 +675,8 @@ TEST_P(IbPairTest, FlowControlNeverOverrunsTheReceiver) {
     int sent = fill_credits(ep, 1000);
     EXPECT_EQ(7, sent) << "credits = the receiver's window, less the message connect() sent";
     for (int i = 0; i < 1000; ++i) sender_->worker().progress();
-    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 0, nullptr, 0)) << "no credits came back by themselves";
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 0, nullptr, 0))
+        << "no credits came back by themselves";
     // Now a long stream in both directions' worth of credit returns.
     constexpr std::uint64_t kCount = 600;
     for (std::uint64_t seq = static_cast<std::uint64_t>(sent); seq < kCount; ++seq) {
@@ -695,7 +729,8 @@ TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
         Iov iov{src.data.data() + off, std::min(step, kSize - off), src.memh};
         CountingCompletion comp;
         Status status;
-        while ((status = ep_put_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) == Status::no_resource) {
+        while ((status = ep_put_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) ==
+               Status::no_resource) {
             progress();
         }
         finish(status, comp);
@@ -707,7 +742,8 @@ TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
         Iov iov{dst.data.data() + off, std::min(step, kSize - off), dst.memh};
         CountingCompletion comp;
         Status status;
-        while ((status = ep_get_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) == Status::no_resource) {
+        while ((status = ep_get_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) ==
+               Status::no_resource) {
             progress();
         }
         finish(status, comp);
@@ -720,7 +756,9 @@ TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
                                       remote.rkey.rkey);
               }));
     auto mid = pattern(7000, 10);
-    ASSERT_EQ(Status::ok, retry([&] { return ep_put_bcopy(ep, pack_vector, &mid, remote.addr(5000), remote.rkey.rkey); }));
+    ASSERT_EQ(Status::ok, retry([&] {
+                  return ep_put_bcopy(ep, pack_vector, &mid, remote.addr(5000), remote.rkey.rkey);
+              }));
     flush(ep);
     EXPECT_EQ(0, std::memcmp(remote.data.data() + 3, small.data(), small.size()));
     EXPECT_EQ(0, std::memcmp(remote.data.data() + 5000, mid.data(), mid.size()));
@@ -728,11 +766,12 @@ TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
     CountingCompletion comp;
     auto unpack = [](void* arg, const void* data, std::size_t length) {
         auto* out = static_cast<std::vector<std::uint8_t>*>(arg);
-        out->insert(out->end(), static_cast<const std::uint8_t*>(data), static_cast<const std::uint8_t*>(data) + length);
+        out->insert(out->end(), static_cast<const std::uint8_t*>(data),
+                    static_cast<const std::uint8_t*>(data) + length);
     };
     Status status;
-    while ((status = ep_get_bcopy(ep, unpack, &got, mid.size(), remote.addr(5000), remote.rkey.rkey, &comp)) ==
-           Status::no_resource) {
+    while ((status = ep_get_bcopy(ep, unpack, &got, mid.size(), remote.addr(5000), remote.rkey.rkey,
+                                  &comp)) == Status::no_resource) {
         progress();
     }
     finish(status, comp);
@@ -748,14 +787,16 @@ TEST_P(IbPairTest, AtomicsAcrossTheWire) {
     *word = 1000;
     // Many posted adds, then a fetch: the fence makes the fetch see all of them.
     for (int i = 0; i < 50; ++i) {
-        ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, AtomicOp::add, 2, remote.addr(8), remote.rkey.rkey); }));
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_atomic64_post(ep, AtomicOp::add, 2, remote.addr(8), remote.rkey.rkey);
+                  }));
     }
     ASSERT_EQ(Status::ok, ep_fence(ep, 0));
     std::uint64_t result = 0;
     CountingCompletion comp;
     Status status;
-    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 0, &result, remote.addr(8), remote.rkey.rkey, &comp)) ==
-           Status::no_resource) {
+    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 0, &result, remote.addr(8), remote.rkey.rkey,
+                                       &comp)) == Status::no_resource) {
         progress();
     }
     finish(status, comp);
@@ -820,7 +861,8 @@ TEST_P(IbPairTest, FlushCoversEveryEndpointAndCancelCompletesWithCanceled) {
                                           remote.rkey.rkey);
                   }));
         ASSERT_EQ(Status::ok, retry([&] {
-                      return ep_put_short(b, data.data() + 64, 64, remote.addr(4096 + static_cast<std::size_t>(i) * 64),
+                      return ep_put_short(b, data.data() + 64, 64,
+                                          remote.addr(4096 + static_cast<std::size_t>(i) * 64),
                                           remote.rkey.rkey);
                   }));
     }
@@ -836,7 +878,8 @@ TEST_P(IbPairTest, FlushCoversEveryEndpointAndCancelCompletesWithCanceled) {
     // Cancel: outstanding operations complete with canceled; the endpoint answers canceled after.
     CountingCompletion put;
     Iov iov{src.data.data(), src.data.size(), src.memh};
-    ASSERT_EQ(Status::in_progress, retry([&] { return ep_put_zcopy(a, &iov, 1, remote.addr(0), remote.rkey.rkey, &put); }));
+    ASSERT_EQ(Status::in_progress,
+              retry([&] { return ep_put_zcopy(a, &iov, 1, remote.addr(0), remote.rkey.rkey, &put); }));
     CountingCompletion cancel;
     status = ep_flush(a, kFlushCancel, &cancel);
     ASSERT_TRUE(status == Status::in_progress || status == Status::ok) << to_string(status);
@@ -858,12 +901,14 @@ TEST_P(IbPairTest, BadRemoteKeyFailsTheEndpoint) {
     // A read with a key the peer never gave out, and more work queued behind it.
     CountingCompletion bad, after;
     Iov iov{dst.data.data(), 1024, dst.memh};
-    ASSERT_EQ(Status::in_progress, ep_get_zcopy(ep, &iov, 1, remote.addr(0), remote.rkey.rkey ^ 0x5a5a00, &bad));
+    ASSERT_EQ(Status::in_progress,
+              ep_get_zcopy(ep, &iov, 1, remote.addr(0), remote.rkey.rkey ^ 0x5a5a00, &bad));
     Iov iov2{dst.data.data() + 2048, 1024, dst.memh};
     Status second = ep_get_zcopy(ep, &iov2, 1, remote.addr(0), remote.rkey.rkey, &after);
     ASSERT_TRUE(wait_for([&] { return errors.calls == 1 && bad.fired == 1; })) << "the endpoint never failed";
     if (second == Status::in_progress) {
-        ASSERT_TRUE(wait_for([&] { return after.fired == 1; })) << "an operation behind the error never completed";
+        ASSERT_TRUE(wait_for([&] { return after.fired == 1; }))
+            << "an operation behind the error never completed";
         EXPECT_NE(Status::ok, after.status);
     }
     EXPECT_EQ(ep, errors.ep);
@@ -912,7 +957,8 @@ TEST_P(IbPairTest, DeadPeerFailsTheEndpoint) {
     while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) {
         if (posted < 4) {
             Iov iov{src.data.data(), 512, src.memh};
-            Status s = ep_am_zcopy(ep, kAmId, nullptr, 0, &iov, 1, 0, &comps[static_cast<std::size_t>(posted)]);
+            Status s =
+                ep_am_zcopy(ep, kAmId, nullptr, 0, &iov, 1, 0, &comps[static_cast<std::size_t>(posted)]);
             if (s == Status::in_progress) ++posted;
         }
         sender_->worker().progress();
@@ -921,8 +967,10 @@ TEST_P(IbPairTest, DeadPeerFailsTheEndpoint) {
     ASSERT_EQ(1, errors.calls) << "the endpoint never failed";
     EXPECT_TRUE(is_peer_error(errors.status)) << to_string(errors.status);
     ASSERT_TRUE(wait_for([&] {
-        return std::all_of(comps.begin(), comps.begin() + posted, [](const CountingCompletion& c) { return c.fired == 1; });
-    })) << "outstanding operations did not complete; log:\n" << capture.text();
+        return std::all_of(comps.begin(), comps.begin() + posted,
+                           [](const CountingCompletion& c) { return c.fired == 1; });
+    })) << "outstanding operations did not complete; log:\n"
+        << capture.text();
     for (int i = 0; i < posted; ++i) EXPECT_NE(Status::ok, comps[static_cast<std::size_t>(i)].status) << i;
     EXPECT_EQ(1, capture.count("failed")) << capture.text();
     EXPECT_EQ(errors.status, ep_am_short(ep, kAmId, 0, nullptr, 0));
@@ -961,8 +1009,8 @@ TEST_P(IbPairTest, RdmaCmOnRoce) {
     std::uint64_t result = 0;
     CountingCompletion comp;
     Status status;
-    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 5, &result, remote.addr(0), remote.rkey.rkey, &comp)) ==
-           Status::no_resource) {
+    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 5, &result, remote.addr(0), remote.rkey.rkey,
+                                       &comp)) == Status::no_resource) {
         progress();
     }
     finish(status, comp);
@@ -972,8 +1020,54 @@ TEST_P(IbPairTest, RdmaCmOnRoce) {
     Side verbs(GetParam().b);
     std::string reason;
     EXPECT_FALSE(sender_->iface().is_reachable(verbs.dev_addr().data(), verbs.dev_addr().size(),
-                                               verbs.iface_addr().data(), verbs.iface_addr().size(), &reason));
+                                               verbs.iface_addr().data(), verbs.iface_addr().size(),
+                                               &reason));
     EXPECT_NE(std::string::npos, reason.find("rdma_cm")) << reason;
+}
+
+TEST_P(IbPairTest, CreditsOwedBeforeTheAcceptorSawTheConnectionAreReturned) {
+    // rdma_cm: the accepting side may receive messages before it has processed its own
+    // ESTABLISHED event. Credits it owes by then must still be returned once it has,
+    // or a sender that used its whole window waits forever.
+    open({{"IB_CM", "rdmacm"}, {"IB_FC_WINDOW", "4"}});
+    loom::test::LogCapture capture("debug");
+    EpParams params;
+    params.dev_addr = receiver_->dev_addr().data();
+    params.dev_addr_len = receiver_->dev_addr().size();
+    params.iface_addr = receiver_->iface_addr().data();
+    params.iface_addr_len = receiver_->iface_addr().size();
+    auto created = sender_->iface().ep_create(params);
+    ASSERT_TRUE(created.ok());
+    Ep* ep = *created;
+    // The receiver accepts, and then stops progressing.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (capture.count("accepted a connection") == 0 && std::chrono::steady_clock::now() < deadline) {
+        sender_->worker().progress();
+        receiver_->worker().progress();
+    }
+    ASSERT_EQ(1, capture.count("accepted a connection"));
+    // The sender connects and uses its whole window while the receiver does not look.
+    int sent = 0;
+    while (sent < 4 && std::chrono::steady_clock::now() < deadline) {
+        Status s = ep_am_short(ep, kAmId, static_cast<std::uint64_t>(sent), nullptr, 0);
+        if (s == Status::ok) {
+            ++sent;
+        } else {
+            ASSERT_EQ(Status::no_resource, s);
+            sender_->worker().progress();
+        }
+    }
+    ASSERT_EQ(4, sent);
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 4, nullptr, 0));
+    // Give the messages time to land, so that the receiver's next progress call finds them
+    // before it reads its ESTABLISHED event (messages are polled first).
+    for (int i = 0; i < 20000; ++i) sender_->worker().progress();
+    // Everything arrives, and the window opens again.
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 4; }));
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 4, nullptr, 0); }))
+        << "the receiver never returned the credits it owed";
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 5; }));
+    sender_->iface().ep_destroy(ep);
 }
 
 TEST_P(IbPairTest, ConnectionToAClosedIfaceFails) {

@@ -59,8 +59,10 @@ public:
         return mr;
     }
 
-    /** Reads @p len bytes from the server's @p remote (@p rkey) into the client's @p sink; the completion status. */
-    ibv_wc_status read(void* sink, std::uint32_t lkey, std::uint32_t len, const void* remote, std::uint32_t rkey) {
+    /** Reads @p len bytes from the server's @p remote (@p rkey) into the client's @p sink; the completion
+     * status. */
+    ibv_wc_status read(void* sink, std::uint32_t lkey, std::uint32_t len, const void* remote,
+                       std::uint32_t rkey) {
         ibv_sge sge{reinterpret_cast<std::uintptr_t>(sink), len, lkey};
         ibv_send_wr wr{};
         wr.opcode = IBV_WR_RDMA_READ;
@@ -94,8 +96,8 @@ private:
         client.sin_family = AF_INET;
         inet_pton(AF_INET, client_ip, &client.sin_addr);
         if (rdma_create_id(channel_, &client_, nullptr, RDMA_PS_TCP) != 0) return fail("rdma_create_id");
-        if (rdma_resolve_addr(client_, reinterpret_cast<sockaddr*>(&client), reinterpret_cast<sockaddr*>(&server),
-                              5000) != 0 ||
+        if (rdma_resolve_addr(client_, reinterpret_cast<sockaddr*>(&client),
+                              reinterpret_cast<sockaddr*>(&server), 5000) != 0 ||
             !expect(RDMA_CM_EVENT_ADDR_RESOLVED)) {
             return fail("resolve address");
         }
@@ -105,7 +107,8 @@ private:
         client_pd_ = ibv_alloc_pd(client_->verbs);
         client_cq_ = ibv_create_cq(client_->verbs, 64, nullptr, nullptr, 0);
         ibv_qp_init_attr attr = qp_attr(client_cq_);
-        if (client_pd_ == nullptr || client_cq_ == nullptr || rdma_create_qp(client_, client_pd_, &attr) != 0) {
+        if (client_pd_ == nullptr || client_cq_ == nullptr ||
+            rdma_create_qp(client_, client_pd_, &attr) != 0) {
             return fail("client QP");
         }
         rdma_conn_param param{};
@@ -120,7 +123,8 @@ private:
         server_pd_ = ibv_alloc_pd(server_->verbs);
         server_cq_ = ibv_create_cq(server_->verbs, 64, nullptr, nullptr, 0);
         attr = qp_attr(server_cq_);
-        if (server_pd_ == nullptr || server_cq_ == nullptr || rdma_create_qp(server_, server_pd_, &attr) != 0) {
+        if (server_pd_ == nullptr || server_cq_ == nullptr ||
+            rdma_create_qp(server_, server_pd_, &attr) != 0) {
             return fail("server QP");
         }
         if (rdma_accept(server_, &param) != 0) return fail("rdma_accept");
@@ -187,7 +191,8 @@ protected:
         client_ip_ = std::getenv(GetParam().client);
         server_ip_ = std::getenv(GetParam().server);
         if (client_ip_ == nullptr || server_ip_ == nullptr) {
-            GTEST_SKIP() << "needs " << GetParam().client << " and " << GetParam().server << " (set by the rdma-vm)";
+            GTEST_SKIP() << "needs " << GetParam().client << " and " << GetParam().server
+                         << " (set by the rdma-vm)";
         }
     }
     const char* client_ip_ = nullptr;
@@ -222,7 +227,8 @@ TEST_P(IbVerbsFactsTest, ReadSinkAccessRights) {
             EXPECT_EQ(IBV_WC_SUCCESS, status) << c.what << ": " << ibv_wc_status_str(status);
             EXPECT_EQ(0, std::memcmp(dst, source.data(), source.size())) << c.what;
         } else {
-            EXPECT_NE(IBV_WC_SUCCESS, status) << c.what << ": the device let a read write into read-only memory";
+            EXPECT_NE(IBV_WC_SUCCESS, status)
+                << c.what << ": the device let a read write into read-only memory";
         }
     }
 }
@@ -233,7 +239,9 @@ const DevicePair kPairs[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Devices, IbVerbsFactsTest, testing::ValuesIn(kPairs),
-                         [](const testing::TestParamInfo<DevicePair>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<DevicePair>& info) {
+                             return std::string(info.param.name);
+                         });
 
 }  // namespace
 }  // namespace loom::uct::test
