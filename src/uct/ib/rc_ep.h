@@ -78,7 +78,7 @@ static_assert(sizeof(TxOp) <= 60, "a TxOp must leave room for the 4-byte header 
 inline constexpr std::size_t kTxDescHdr = 60;
 inline constexpr std::size_t kTxDescPayload = 64;
 
-/** A receive descriptor: [lkey at 56 | RcAmHdr at 60 | payload at 64 (seg_size bytes)]. */
+/** A receive descriptor: [index at 52 | lkey at 56 | RcAmHdr at 60 | payload at 64 (seg_size bytes)]. */
 inline constexpr std::size_t kRxDescLkey = 56;
 inline constexpr std::size_t kRxDescHdr = 60;
 inline constexpr std::size_t kRxDescPayload = 64;

@@ -34,8 +34,8 @@ constexpr auto kCloseDeadline = std::chrono::seconds(5);
  */
 constexpr auto kFailFlushGrace = std::chrono::seconds(1);
 
-/** Offset of the "posted" mark of a receive descriptor (just before its lkey). */
-constexpr std::size_t kRxDescPosted = 55;
+/** Offset of a receive descriptor's index in RcIface::rx_descs_ (just before its lkey). */
+constexpr std::size_t kRxDescIndex = 52;
 
 /** Largest inline size probed when LOOM_IB_TX_MAX_INLINE=auto. */
 constexpr std::size_t kMaxInlineProbe = 1024;
@@ -347,8 +347,12 @@ Status RcIface::init_pools() {
     rx.obj_init = [this](void* elem) {
         auto* bytes = static_cast<std::uint8_t*>(elem);
         std::memcpy(bytes + kRxDescLkey, &chunk_lkey_, sizeof(chunk_lkey_));
-        bytes[kRxDescPosted] = 0;
+        // The index is written once, here; the posted mark lives outside the element, so it can be
+        // read when the element is free (free pool elements are poisoned in ASan builds).
+        auto index = static_cast<std::uint32_t>(rx_descs_.size());
+        std::memcpy(bytes + kRxDescIndex, &index, sizeof(index));
         rx_descs_.push_back(elem);
+        rx_posted_.push_back(0);
     };
     if (Status s = rx_pool.init(std::move(rx)); s != Status::ok) return s;
 
@@ -388,11 +392,10 @@ RcIface::~RcIface() {
     if (recv_cq_ != nullptr) (void)ibv_destroy_cq(recv_cq_);
     // Receive buffers still posted belong to no queue any more: give them back so the pool
     // sees every element returned (those an active-message handler kept are the user's).
-    for (void* elem : rx_descs_) {
-        auto* bytes = static_cast<std::uint8_t*>(elem);
-        if (bytes[kRxDescPosted] != 0) {
-            bytes[kRxDescPosted] = 0;
-            rx_pool.put(elem);
+    for (std::size_t i = 0; i < rx_descs_.size(); ++i) {
+        if (rx_posted_[i] != 0) {
+            rx_posted_[i] = 0;
+            rx_pool.put(rx_descs_[i]);
         }
     }
     if (scratch_mr_ != nullptr) (void)ibv_dereg_mr(scratch_mr_);
@@ -799,8 +802,9 @@ Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::s
         LOOM_LOG_ERROR("rc/{}: QP {:#x} to RTS failed: {}", name, ep->qp_num, std::strerror(rc));
         return Status::io_error;
     }
-    ep->cold->peer =
-        fmt::format("QP {:#x} at {}", peer.qpn, gid_text(*reinterpret_cast<const ibv_gid*>(dev.gid)));
+    ibv_gid peer_gid;
+    std::memcpy(peer_gid.raw, dev.gid, sizeof(peer_gid.raw));
+    ep->cold->peer = fmt::format("QP {:#x} at {}", peer.qpn, gid_text(peer_gid));
     connected(ep, peer.window);
     return Status::ok;
 }
@@ -942,8 +946,14 @@ void RcIface::release_rx(RcEp* ep) {
     if (srq_ != nullptr) srq_target_ -= static_cast<std::int32_t>(need);
 }
 
+void RcIface::mark_posted(void* desc, std::uint8_t posted) {
+    std::uint32_t index;
+    std::memcpy(&index, static_cast<std::uint8_t*>(desc) + kRxDescIndex, sizeof(index));
+    rx_posted_[index] = posted;
+}
+
 /** Prepares a receive of @p desc into @p wr and @p sge. */
-void RcIface::prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge) const {
+void RcIface::prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge) {
     auto* bytes = static_cast<std::uint8_t*>(desc);
     std::uint32_t lkey;
     std::memcpy(&lkey, bytes + kRxDescLkey, sizeof(lkey));
@@ -953,7 +963,7 @@ void RcIface::prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge) const {
     wr.wr_id = reinterpret_cast<std::uintptr_t>(desc);
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    bytes[kRxDescPosted] = 1;
+    mark_posted(desc, 1);
 }
 
 void RcIface::post_rx_srq(int count) {
@@ -980,7 +990,7 @@ void RcIface::post_rx_srq(int count) {
             LOOM_LOG_ERROR("rc/{}: ibv_post_srq_recv failed: {}", resource().dev_name, std::strerror(rc));
             for (int i = posted; i < n; ++i) {
                 void* desc = reinterpret_cast<void*>(wrs[i].wr_id);
-                static_cast<std::uint8_t*>(desc)[kRxDescPosted] = 0;
+                mark_posted(desc, 0);
                 rx_pool.put(desc);
             }
         }
@@ -1002,7 +1012,7 @@ Status RcIface::post_rx_qp(RcEp* ep, int count) {
         prepare_recv(desc, wr, sge);
         ibv_recv_wr* bad = nullptr;
         if (int rc = ibv_post_recv(ep->qp, &wr, &bad); rc != 0) {
-            static_cast<std::uint8_t*>(desc)[kRxDescPosted] = 0;
+            mark_posted(desc, 0);
             rx_pool.put(desc);
             LOOM_LOG_ERROR("rc/{}: ibv_post_recv on QP {:#x} failed: {}", resource().dev_name, ep->qp_num,
                            std::strerror(rc));
@@ -1124,7 +1134,7 @@ unsigned RcIface::poll_rx() {
     for (int i = 0; i < n; ++i) {
         const ibv_wc& wc = wcs_[static_cast<std::size_t>(i)];
         auto* desc = reinterpret_cast<std::uint8_t*>(wc.wr_id);
-        desc[kRxDescPosted] = 0;
+        mark_posted(desc, 0);
         auto it = qp_map_.find(wc.qp_num);
         RcEp* ep = it == qp_map_.end() ? nullptr : it->second;
         if (srq_ != nullptr) {

@@ -159,7 +159,8 @@ private:
 
     Status reserve_rx(RcEp* ep);
     void release_rx(RcEp* ep);
-    void prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge) const;
+    void prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge);
+    void mark_posted(void* desc, std::uint8_t posted);
     void post_rx_srq(int count);
     Status post_rx_qp(RcEp* ep, int count);
 
@@ -212,6 +213,7 @@ private:
     std::int32_t srq_posted_ = 0;  ///< receives on the SRQ
     std::int32_t srq_target_ = 0;  ///< receives the SRQ should hold (sum of reservations)
     std::vector<void*> rx_descs_;  ///< every receive descriptor, to take back posted ones at the end
+    std::vector<std::uint8_t> rx_posted_;  ///< per descriptor of rx_descs_: posted to a receive queue
     void* atomic_scratch_mem_ = nullptr;
     ibv_mr* scratch_mr_ = nullptr;
     std::vector<ibv_wc> wcs_;
