@@ -196,6 +196,7 @@ if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan="$build/sanitize"
     configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
     run_checks "$asan" "asan+ubsan"
+    "$top/test/rdma/run_rdma_tests.sh" "$asan" || true
     logdirs+=("asan+ubsan=$asan")
 else
     echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan build was not run" >&2
