@@ -24,11 +24,12 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "together (capped by the device).",
                    &IbConfig::tx_cq_len, cfg::SizeParser()),
         cfg::field(
-            "RX_QUEUE_LEN", "4096",
-            "Receive buffers the shared receive queue can hold for all endpoints of an iface together; "
-            "each endpoint reserves FC_WINDOW + 2 of them.",
+            "RX_QUEUE_LEN", "8192",
+            "Receive buffers of all endpoints of an iface together (the shared receive queue, or the "
+            "endpoints' own queues). Each endpoint reserves FC_WINDOW + 2, which bounds the endpoints of "
+            "an iface: 8192 / (32 + 2) = 240 with the defaults.",
             &IbConfig::rx_queue_len, cfg::SizeParser()),
-        cfg::field("FC_WINDOW", "64",
+        cfg::field("FC_WINDOW", "32",
                    "Active messages an endpoint may send before the receiver grants more credits. Receive "
                    "buffers are reserved for the whole window, so a receiver is never overrun (no RNR).",
                    &IbConfig::fc_window, cfg::SizeParser()),

@@ -453,6 +453,36 @@ TEST_P(IbResourceTest, ConnectModelIsEnforced) {
     }
 }
 
+TEST_P(IbResourceTest, EndpointsBeyondTheReceiveBudgetAreRefused) {
+    // Every endpoint reserves its window + 2 receive buffers: 14 hold two endpoints of 4 + 2.
+    ucs::config::Overrides small = {{"IB_RX_QUEUE_LEN", "14"}, {"IB_FC_WINDOW", "4"}};
+    Side a(GetParam(), small), b(GetParam(), small);
+    EpParams params;
+    if (!a.connect_to_ep()) {
+        params.dev_addr = b.dev_addr().data();
+        params.dev_addr_len = b.dev_addr().size();
+        params.iface_addr = b.iface_addr().data();
+        params.iface_addr_len = b.iface_addr().size();
+    }
+    auto first = a.iface().ep_create(params);
+    auto second = a.iface().ep_create(params);
+    ASSERT_TRUE(first.ok() && second.ok()) << to_string(first.status()) << " " << to_string(second.status());
+    loom::test::LogCapture capture("error");
+    auto third = a.iface().ep_create(params);
+    EXPECT_EQ(Status::no_resource, third.status());
+    EXPECT_EQ(1, capture.count("LOOM_IB_RX_QUEUE_LEN=14")) << capture.text();
+    // Destroying one gives its buffers back.
+    a.iface().ep_destroy(*first);
+    auto again = a.iface().ep_create(params);
+    EXPECT_TRUE(again.ok()) << to_string(again.status());
+    a.iface().ep_destroy(*second);
+    if (again.ok()) a.iface().ep_destroy(*again);
+    for (int i = 0; i < 100; ++i) {
+        a.worker().progress();
+        b.worker().progress();
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Rc, IbResourceTest, testing::ValuesIn(rc_resources()), resource_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbResourceTest);
 
