@@ -187,7 +187,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
             return;
         }
         if (srq_ == nullptr) {
-            if (Status s = post_rx_qp(ep, static_cast<int>(fc_window_ + 2)); s != Status::ok) {
+            if (Status s = post_rx_qp(ep, static_cast<int>(fc_window_ + kGrantSlots)); s != Status::ok) {
                 cm_set_state(ep, CmState::closed);
                 fail_ep(ep, s, "cannot post receive buffers");
                 return;
@@ -307,7 +307,8 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     ep->cold->peer = peer;
     ep->cold->peer_window = priv.window;
     Status status = create_qp(ep, id);
-    if (status == Status::ok && srq_ == nullptr) status = post_rx_qp(ep, static_cast<int>(fc_window_ + 2));
+    if (status == Status::ok && srq_ == nullptr)
+        status = post_rx_qp(ep, static_cast<int>(fc_window_ + kGrantSlots));
     if (status != Status::ok) {
         // The id goes with the endpoint's destruction; the peer is told now.
         (void)rdma_reject(id, nullptr, 0);

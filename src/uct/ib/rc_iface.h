@@ -70,6 +70,10 @@ public:
     /** rdma_cm channel polling interval of an idle iface, in progress calls. */
     static constexpr unsigned kCmPollInterval = 64;
 
+    /** Receive buffers an endpoint reserves beyond its window: room for the two grants that can be
+     * unconsumed. */
+    static constexpr std::uint32_t kGrantSlots = 2;
+
     RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
             const IbConfig& config);
     ~RcIface() override;
@@ -210,9 +214,9 @@ private:
     ibv_cq* send_cq_ = nullptr;
     ibv_cq* recv_cq_ = nullptr;
     ibv_srq* srq_ = nullptr;
-    std::int32_t srq_posted_ = 0;  ///< receives on the SRQ
-    std::int32_t srq_target_ = 0;  ///< receives the SRQ should hold (sum of reservations)
-    std::vector<void*> rx_descs_;  ///< every receive descriptor, to take back posted ones at the end
+    std::int32_t srq_posted_ = 0;          ///< receives on the SRQ
+    std::int32_t srq_target_ = 0;          ///< receives the SRQ should hold (sum of reservations)
+    std::vector<void*> rx_descs_;          ///< every receive descriptor, to take back posted ones at the end
     std::vector<std::uint8_t> rx_posted_;  ///< per descriptor of rx_descs_: posted to a receive queue
     void* atomic_scratch_mem_ = nullptr;
     ibv_mr* scratch_mr_ = nullptr;
