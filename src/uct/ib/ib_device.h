@@ -48,7 +48,9 @@ struct PortInfo {
     std::vector<GidEntry> gids;
     std::string netdev;  ///< network device of the port (from its GIDs or sysfs), empty on InfiniBand
 
+    /** True when the port can carry traffic. */
     bool active() const noexcept { return attr.state == IBV_PORT_ACTIVE; }
+    /** True for an Ethernet link layer (RoCE, iWARP), false for InfiniBand. */
     bool ethernet() const noexcept { return attr.link_layer == IBV_LINK_LAYER_ETHERNET; }
     /** Data rate in Gb/s after line encoding (width x per-lane rate); 0 when unknown. */
     double rate_gbps() const noexcept;
@@ -72,16 +74,21 @@ struct DeviceInfo {
 /** An open device: a context, owned by us or shared with librdmacm. */
 class DeviceContext {
 public:
+    /** No device; open() gives one. */
     DeviceContext() = default;
+    /** Closes the device when this object opened it. */
     ~DeviceContext();
     DeviceContext(const DeviceContext&) = delete;
     DeviceContext& operator=(const DeviceContext&) = delete;
+    /** Takes over @p other's device. */
     DeviceContext(DeviceContext&& other) noexcept;
+    /** Closes this object's device (if its own) and takes over @p other's. */
     DeviceContext& operator=(DeviceContext&& other) noexcept;
 
     /** Opens device @p name; no_device when it does not exist, io_error when it cannot be opened. */
     static Result<DeviceContext> open(const std::string& name);
 
+    /** The verbs context. */
     ibv_context* get() const noexcept { return ctx_; }
     /** True when the context is librdmacm's, so rdma_cm ids can carry our QPs. */
     bool rdmacm_usable() const noexcept { return !owned_; }
@@ -116,15 +123,15 @@ std::optional<ibv_mtu> mtu_from_bytes(unsigned bytes) noexcept;
 /** Text of a GID ("fe80::1" or "::ffff:192.0.2.1"). */
 std::string gid_text(const ibv_gid& gid);
 
-/**
- * The first IPv4 address (else a global IPv6 address) of network device @p netdev, as
- * a sockaddr_storage; nullopt when it has none.
- */
+/** An IPv4 or IPv6 address. */
 struct IpAddress {
     int family = 0;            ///< AF_INET or AF_INET6
     std::uint8_t bytes[16]{};  ///< 4 or 16 significant bytes
+    /** "192.0.2.1" or "2001:db8::1". */
     std::string text() const;
 };
+
+/** The first IPv4 address (else a global IPv6 address) of network device @p netdev; nullopt when none. */
 std::optional<IpAddress> netdev_ip(const std::string& netdev);
 
 }  // namespace loom::uct::ib

@@ -37,6 +37,7 @@ struct MemRegion {
 /** The ib component: every verbs device is a memory domain. */
 class IbComponent final : public Component {
 public:
+    /** Registers the component (a static object of the module). */
     IbComponent() : Component("ib") {}
 
     std::vector<std::string> query_md_resources() const override;
@@ -66,9 +67,13 @@ public:
     /** Registers memory the transport itself owns (buffer pools); nullptr after logging on failure. */
     ibv_mr* reg_internal(void* address, std::size_t length, const char* what);
 
+    /** The device's verbs context. */
     ibv_context* context() const noexcept { return ctx_.get(); }
+    /** The protection domain every registration and QP of this md uses. */
     ibv_pd* pd() const noexcept { return pd_; }
+    /** What the device offers (queried once at open). */
     const DeviceInfo& device() const noexcept { return dev_; }
+    /** True when rdma_cm ids can carry QPs of this md (its context is librdmacm's). */
     bool rdmacm_usable() const noexcept { return ctx_.rdmacm_usable(); }
 
 private:

@@ -145,7 +145,9 @@ struct RcEp : Ep {
     ucs::QueueLink arb_link;  ///< in the iface's arbiter or closing list
     RcEpCold* cold;
 
+    /** The iface of this endpoint. */
     RcIface* rc_iface() const noexcept;
+    /** True once the endpoint has failed (RcEpCold::status says why). */
     bool failed() const noexcept { return flags & kEpFailed; }
 };
 static_assert(sizeof(RcEp) <= 128, "rc endpoints must stay within two cache lines");

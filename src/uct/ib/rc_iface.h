@@ -121,6 +121,7 @@ public:
     /** Every live endpoint (user-visible and passive). */
     const std::vector<RcEp*>& endpoints() const noexcept { return eps_; }
 
+    /** True on an iWARP device. */
     bool iwarp() const noexcept { return iwarp_; }
 
     // Hot fields, read on every operation.
@@ -237,7 +238,7 @@ private:
     unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
 };
 
-/** Resolves the ep serving a QP number (inline for the completion paths). */
+/** Defined here, where RcIface is complete. */
 inline RcIface* RcEp::rc_iface() const noexcept { return static_cast<RcIface*>(iface); }
 
 }  // namespace loom::uct::ib
