@@ -5,7 +5,8 @@
 #   ./quickstart.sh        install missing packages, build into build/, install into
 #                          build/install, then run the main job
 #   ./quickstart.sh test   the same set-up, then every test suite (the regular build and
-#                          an AddressSanitizer+UBSan build), ending with "N passed, N failed"
+#                          an AddressSanitizer+UBSan build, plus the verbs suite on RDMA
+#                          devices or in ../shared/rdma-vm), ending with "N passed, N failed"
 #
 # Re-running is incremental. Environment knobs: JOBS (parallel make jobs, default nproc),
 # LOOM_QS_SKIP_SANITIZERS=1 (test mode: regular build only, for quick local iterations),
@@ -17,7 +18,7 @@ mode=${1:-run}
 case "$mode" in
     run|test) ;;
     -h|--help|help)
-        sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'
         exit 0 ;;
     *)
         echo "quickstart.sh: unknown mode '$mode' (use no argument, or 'test')" >&2
@@ -188,11 +189,14 @@ command -v python3 >/dev/null || packages+=(python3)
 install_packages
 
 run_checks "$build" "regular"
+# The verbs suite needs RDMA devices: this machine's, or the rdma-vm beside the checkout.
+"$top/test/rdma/run_rdma_tests.sh" "$build" || true
 logdirs=("regular=$build")
 if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan="$build/sanitize"
     configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
     run_checks "$asan" "asan+ubsan"
+    "$top/test/rdma/run_rdma_tests.sh" "$asan" || true
     logdirs+=("asan+ubsan=$asan")
 else
     echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan build was not run" >&2

@@ -109,6 +109,13 @@ int print_devices() {
                             (md_attr.flags & uct::MdAttr::kReg) ? "yes" : "no",
                             (md_attr.flags & uct::MdAttr::kAlloc) ? "yes" : "no", md_attr.rkey_packed_size);
             }
+            std::string text = (*md)->describe();
+            for (std::size_t pos = 0; pos < text.size();) {
+                std::size_t end = text.find('\n', pos);
+                if (end == std::string::npos) end = text.size();
+                std::printf("#     %s\n", text.substr(pos, end - pos).c_str());
+                pos = end + 1;
+            }
             for (const uct::TlResource& tl : (*md)->query_tl_resources()) print_iface(**md, tl);
         }
     }

@@ -79,6 +79,8 @@ Status MemPool::init(MemPoolParams params) {
     huge_pages_ = params.huge_pages;
     name_ = std::move(params.name);
     obj_init_ = std::move(params.obj_init);
+    chunk_init_ = std::move(params.chunk_init);
+    chunk_cleanup_ = std::move(params.chunk_cleanup);
     tag_ = reinterpret_cast<std::uintptr_t>(this) | kTagBit;
     LOOM_LOG_DEBUG(
         "mempool '{}': element {} bytes, header {}, stride {}, {} per chunk, max {}, huge pages {}", name_,
@@ -155,6 +157,20 @@ Status MemPool::grow() noexcept {
         }
     }
 
+    if (chunk_init_) {
+        Status status = chunk_init_(base, length);
+        if (status != Status::ok) {
+            LOOM_LOG_DEBUG("mempool '{}': chunk of {} bytes rejected by its init callback: {}", name_, length,
+                           to_string(status));
+            if (mapped) {
+                PageMapping mapping{base, length, huge};
+                unmap_pages(mapping);
+            } else {
+                free_aligned(base);
+            }
+            return status;
+        }
+    }
     auto* chunk = ::new (base) Chunk{chunks_, length, mapped, huge};
     chunks_ = chunk;
     ++num_chunks_;
@@ -214,6 +230,7 @@ void MemPool::release_chunks() noexcept {
         PageMapping mapping{chunk, chunk->length, chunk->huge};
         bool mapped = chunk->mapped;
         detail::asan_poison(chunk, mapping.length, false);
+        if (chunk_cleanup_) chunk_cleanup_(chunk, mapping.length);
         if (mapped) {
             unmap_pages(mapping);
         } else {

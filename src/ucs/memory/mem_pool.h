@@ -113,6 +113,15 @@ struct MemPoolParams {
     HugePagePolicy huge_pages = HugePagePolicy::never;
     /** Called once on every element (element pointer) when its chunk is created. */
     std::function<void(void* elem)> obj_init;
+    /**
+     * Called with the memory of every new chunk (all its elements and headers lie in
+     * [base, base + length)) before obj_init runs on its elements, e.g. to register the
+     * chunk with a network device once instead of element by element. A status other
+     * than ok fails the growth with that status and frees the chunk.
+     */
+    std::function<Status(void* base, std::size_t length)> chunk_init;
+    /** Called with every chunk that chunk_init accepted, just before the chunk is freed. */
+    std::function<void(void* base, std::size_t length)> chunk_cleanup;
 };
 
 /** Pool of fixed-size elements; see the file comment. Not thread-safe. */
@@ -271,6 +280,8 @@ private:
 
     std::string name_;
     std::function<void(void*)> obj_init_;
+    std::function<Status(void*, std::size_t)> chunk_init_;
+    std::function<void(void*, std::size_t)> chunk_cleanup_;
 };
 
 }  // namespace loom::ucs

@@ -212,6 +212,13 @@ public:
     /** Packs the remote key of @p memh into @p out (attr.rkey_packed_size bytes). */
     virtual Status mkey_pack(MemH memh, std::uint8_t* out) const;
 
+    /**
+     * A human-readable description of the device behind this domain, one fact per line
+     * (for a network device: transport, link layer, MTU, speed, addresses), as loom_info -d
+     * prints it. Empty by default.
+     */
+    virtual std::string describe() const;
+
     const Component& component() const { return component_; }
     const std::string& name() const { return name_; }
 

@@ -14,4 +14,6 @@ Status Md::mem_free(MemH) { return Status::unsupported; }
 
 Status Md::mkey_pack(MemH, std::uint8_t*) const { return Status::unsupported; }
 
+std::string Md::describe() const { return {}; }
+
 }  // namespace loom::uct

@@ -235,6 +235,83 @@ TEST(MemPool, InitCallbackRunsOncePerElement) {
     for (void* e : elems) pool.put(e);
 }
 
+TEST(MemPool, ChunkCallbacksSeeEveryChunkBeforeItsElements) {
+    struct Range {
+        char* base;
+        std::size_t length;
+    };
+    std::vector<Range> chunks;
+    std::vector<Range> cleaned;
+    int elems_outside = 0;
+    {
+        MemPool pool;
+        MemPoolParams params = params_of(64, 4);
+        params.header_size = 16;
+        params.chunk_init = [&](void* base, std::size_t length) {
+            chunks.push_back({static_cast<char*>(base), length});
+            return Status::ok;
+        };
+        params.obj_init = [&](void* elem) {
+            // The element, its header and its pool word lie in the chunk announced just before.
+            ASSERT_FALSE(chunks.empty());
+            const Range& r = chunks.back();
+            char* e = static_cast<char*>(elem);
+            if (e - 16 - 8 < r.base || e + 64 > r.base + r.length) ++elems_outside;
+        };
+        params.chunk_cleanup = [&](void* base, std::size_t length) {
+            cleaned.push_back({static_cast<char*>(base), length});
+        };
+        ASSERT_EQ(Status::ok, pool.init(std::move(params)));
+        std::vector<void*> elems;
+        for (int i = 0; i < 6; ++i) elems.push_back(pool.get());
+        EXPECT_EQ(2u, chunks.size());
+        EXPECT_TRUE(cleaned.empty());
+        for (void* e : elems) pool.put(e);
+    }
+    EXPECT_EQ(0, elems_outside);
+    ASSERT_EQ(2u, cleaned.size()) << "every accepted chunk is cleaned up once";
+    for (const Range& c : chunks) {
+        bool found = false;
+        for (const Range& d : cleaned) found |= (c.base == d.base && c.length == d.length);
+        EXPECT_TRUE(found);
+    }
+}
+
+TEST(MemPool, RejectedChunkFailsTheGrowth) {
+    int accepted = 0;
+    int cleaned = 0;
+    bool reject = false;
+    {
+        MemPool pool;
+        MemPoolParams params = params_of(32, 2);
+        params.chunk_init = [&](void*, std::size_t) {
+            if (reject) return Status::no_memory;
+            ++accepted;
+            return Status::ok;
+        };
+        params.chunk_cleanup = [&](void*, std::size_t) { ++cleaned; };
+        ASSERT_EQ(Status::ok, pool.init(std::move(params)));
+        void* a = pool.get();
+        void* b = pool.get();
+        ASSERT_NE(nullptr, a);
+        ASSERT_NE(nullptr, b);
+        reject = true;
+        void* c = nullptr;
+        EXPECT_EQ(Status::no_memory, pool.try_get(c)) << "the callback's status is what get() reports";
+        EXPECT_EQ(nullptr, c);
+        EXPECT_EQ(1u, pool.num_chunks());
+        EXPECT_EQ(2u, pool.num_elems());
+        reject = false;
+        pool.put(a);
+        c = pool.get();
+        EXPECT_EQ(a, c) << "a put element is reused without growing";
+        pool.put(b);
+        pool.put(c);
+    }
+    EXPECT_EQ(1, accepted);
+    EXPECT_EQ(1, cleaned) << "a rejected chunk is never cleaned up";
+}
+
 TEST(MemPool, ElementsAndHeadersAreAligned) {
     for (std::size_t alignment :
          {std::size_t{1}, std::size_t{8}, std::size_t{16}, std::size_t{64}, std::size_t{256}, page_size()}) {

@@ -70,6 +70,27 @@ Entity::~Entity() {
 }
 
 Ep* Entity::connect_to(Entity& peer) {
+    if (!(attr_.cap_flags & kCapConnectToIface) && (attr_.cap_flags & kCapConnectToEp)) {
+        // Endpoint to endpoint: one endpoint on each side, connected to the other's address.
+        auto ep = iface_->ep_create(EpParams{});
+        if (!ep) throw std::runtime_error("ep_create failed: " + std::string(to_string(ep.status())));
+        eps_.push_back(*ep);
+        auto peer_ep = peer.iface_->ep_create(EpParams{});
+        if (!peer_ep) throw std::runtime_error("peer ep_create failed: " + std::string(to_string(peer_ep.status())));
+        peer.eps_.push_back(*peer_ep);
+        std::vector<std::uint8_t> addr(attr_.ep_addr_len), peer_addr(peer.attr_.ep_addr_len);
+        if (iface_->ep_get_address(*ep, addr.data()) != Status::ok ||
+            peer.iface_->ep_get_address(*peer_ep, peer_addr.data()) != Status::ok) {
+            throw std::runtime_error("ep_get_address failed");
+        }
+        if (iface_->ep_connect_to_ep(*ep, peer.dev_addr_.data(), peer.dev_addr_.size(), peer_addr.data(),
+                                     peer_addr.size()) != Status::ok ||
+            peer.iface_->ep_connect_to_ep(*peer_ep, dev_addr_.data(), dev_addr_.size(), addr.data(),
+                                          addr.size()) != Status::ok) {
+            throw std::runtime_error("ep_connect_to_ep failed");
+        }
+        return *ep;
+    }
     EpParams params;
     params.dev_addr = peer.dev_addr_.data();
     params.dev_addr_len = peer.dev_addr_.size();

@@ -42,7 +42,11 @@ public:
     explicit Entity(const Resource& resource);
     ~Entity();
 
-    /** Creates an endpoint to @p peer (connect-to-iface, or ep-to-ep where only that exists). */
+    /**
+     * Creates an endpoint to @p peer: connect-to-iface where the transport has it, else
+     * endpoint to endpoint (an endpoint on @p peer too, owned by @p peer, the two connected
+     * to each other's addresses).
+     */
     Ep* connect_to(Entity& peer);
 
     /** Destroys an endpoint created by connect_to. */

@@ -1,0 +1,244 @@
+/**
+ * The rc iface: a reliable-connection transport on one port of a verbs device.
+ *
+ * Resources per iface: a send CQ and a receive CQ shared by all its endpoints, an SRQ
+ * where the device has one (LOOM_IB_SRQ), registered pools of receive buffers and of
+ * bounce buffers, and, in rdma_cm mode, an event channel with a listening id.
+ *
+ * Receive flow control: every endpoint reserves fc_window + 2 receive buffers of the
+ * iface's LOOM_IB_RX_QUEUE_LEN budget (the SRQ, or its own receive queue), and the peer
+ * starts with fc_window credits, one per active message. The receiver returns credits
+ * in the header of every send (piggy-backed) or, once half a window has accumulated, in
+ * a grant of its own. At most two grants are ever unconsumed (each carries at least
+ * half a window of the credits in circulation), which is what the 2 extra buffers are
+ * for. So a sender never finds a receiver without a posted buffer: there is no
+ * receiver-not-ready (RNR) retry in normal operation.
+ *
+ * Connection models:
+ *  - verbs (InfiniBand, RoCE): connect-to-ep. ep_create without an address creates a QP
+ *    in INIT; ep_get_address gives QP number, PSN, MTU, window and buffer size (the GID
+ *    and LID are in the device address); ep_connect_to_ep moves it to RTR and RTS.
+ *  - rdmacm (iWARP, which needs a connection manager, or LOOM_IB_CM=rdmacm): connect-
+ *    to-iface. The iface listens on an rdma_cm id bound to its IP address; the iface
+ *    address carries the port. ep_create starts address and route resolution and
+ *    connects; the peer iface accepts on an endpoint of its own (kEpPassive, never seen
+ *    by the user) that receives the messages and returns credits. The rdma_cm event
+ *    channel is polled from progress: every progress call while a connection is being
+ *    set up, else every kCmPollInterval-th call, so idle progress makes no system call.
+ */
+#pragma once
+
+#include "uct/api/uct.h"
+#include "uct/ib/ib_config.h"
+#include "uct/ib/ib_device.h"
+#include "uct/ib/rc_ep.h"
+
+#include "ucs/memory/mem_pool.h"
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace loom::uct::ib {
+
+class IbMd;
+
+/** An iface flush in progress: completes the user's Completion when every endpoint's part is done. */
+struct IfaceFlush {
+    Completion* comp;
+    int remaining;
+    Status status;
+    IfaceFlush* next;  ///< in the iface's list of flushes in progress (freed with the iface)
+    IfaceFlush* prev;
+};
+
+/** Opens an rc iface on @p port of @p md. */
+Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Worker* worker,
+                                             const TlResource& resource, const IfaceParams& params);
+
+/** See the file comment. */
+class RcIface final : public Iface {
+    // Declared before the pools, which deregister their chunks through it when they are destroyed.
+    std::vector<ibv_mr*> chunk_mrs_;  ///< registrations of pool chunks
+    std::uint32_t chunk_lkey_ = 0;    ///< lkey of the chunk whose elements are being initialized
+
+public:
+    /** rdma_cm channel polling interval of an idle iface, in progress calls. */
+    static constexpr unsigned kCmPollInterval = 64;
+
+    /** Receive buffers an endpoint reserves beyond its window: room for the two grants that can be
+     * unconsumed. */
+    static constexpr std::uint32_t kGrantSlots = 2;
+
+    RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
+            const IbConfig& config);
+    ~RcIface() override;
+
+    /** Checks the configuration and creates the CQs, SRQ, pools and (rdma_cm) the listener. */
+    Status init();
+
+    Status query(IfaceAttr& attr) const override;
+    Status get_device_address(std::uint8_t* out) const override;
+    Status get_address(std::uint8_t* out) const override;
+    bool is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
+                      std::size_t iface_addr_len, std::string* reason) const override;
+    Result<Ep*> ep_create(const EpParams& params) override;
+    void ep_destroy(Ep* ep) override;
+    Status ep_get_address(Ep* ep, std::uint8_t* out) override;
+    Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
+                            const std::uint8_t* ep_addr, std::size_t ep_addr_len) override;
+
+    // --- used by the data path (rc_ep.cc) ----------------------------------------------------
+
+    /** Polls both CQs, serves the arbiter, reports failures, reaps closed endpoints, polls rdma_cm when due.
+     */
+    unsigned progress();
+
+    /** ep_flush of @p ep: ok when idle, in_progress (with @p comp queued), no_resource, or the failure. */
+    Status ep_flush(RcEp* ep, unsigned flags, Completion* comp);
+
+    /** iface_flush: flushes every usable endpoint; @p comp completes when all have. */
+    Status iface_flush(unsigned flags, Completion* comp);
+
+    /** Puts @p ep on the arbiter (pending requests or a due grant), once. */
+    void arbiter_add(RcEp* ep) {
+        if (!(ep->flags & kEpInArbiter)) {
+            ep->flags |= kEpInArbiter;
+            arbiter_.push_back(*ep);
+        }
+    }
+
+    /** Status of an operation that found no resources on @p ep: no_resource, or why it cannot send. */
+    LOOM_COLD Status resource_status(RcEp* ep) const;
+
+    /** Logs and converts an ibv_post_send failure (ENOMEM: no_resource, else io_error). */
+    LOOM_COLD Status post_failed(RcEp* ep, int rc, const char* what);
+
+    /** Every live endpoint (user-visible and passive). */
+    const std::vector<RcEp*>& endpoints() const noexcept { return eps_; }
+
+    /** True on an iWARP device. */
+    bool iwarp() const noexcept { return iwarp_; }
+
+    // Hot fields, read on every operation.
+    std::int32_t cq_avail = 0;  ///< free send CQ entries
+    std::uint32_t signal_interval = 1;
+    std::uint32_t max_inline = 0;    ///< bytes of inline data per request
+    std::uint32_t max_am_short = 0;  ///< payload of am_short (inline minus the 4+8 header bytes)
+    std::uint32_t seg_size = 0;      ///< am/put/get bcopy payload
+    std::uint32_t max_send_sge = 1;
+    std::uint32_t max_read_sge = 1;
+    std::uint32_t max_zcopy = 0;  ///< put/get zcopy bytes per request
+    std::uint32_t max_am_zcopy_hdr = 0;
+    std::uint16_t grant_threshold = 1;  ///< send a grant once this many credits are owed
+    std::uint32_t atomic_scratch_lkey = 0;
+    std::uint64_t* atomic_scratch = nullptr;  ///< where posted atomics' old values land
+    ucs::MemPool tx_desc_pool;                ///< registered bounce descriptors (TxOp + header + payload)
+    ucs::MemPool op_pool;                     ///< TxOp records without a buffer
+    ucs::MemPool rx_pool;                     ///< registered receive descriptors
+
+private:
+    Status check_config();
+    ibv_qp_init_attr qp_init_attr(std::uint32_t inline_size) const;
+    Status probe_inline();
+    Status init_pools();
+    void perf_model(IfaceAttr& attr) const;
+    Status parse_dev_address(const std::uint8_t* dev_addr, std::size_t len, RcDeviceAddress& out,
+                             std::string* reason) const;
+    Status parse_iface_address(const std::uint8_t* iface_addr, std::size_t len, RcIfaceAddress& out,
+                               std::string* reason) const;
+
+    Result<RcEp*> new_ep(const EpParams& params, bool passive);
+    Status create_qp(RcEp* ep, rdma_cm_id* cm_id);
+    Status qp_to_init(RcEp* ep);
+    void qp_to_error(RcEp* ep);
+    void connected(RcEp* ep, std::uint16_t peer_window);
+    void discard_ops(RcEp* ep);
+    void close_ep(RcEp* ep);
+    void delete_ep(RcEp* ep);
+    void reap_closing();
+
+    Status reserve_rx(RcEp* ep);
+    void release_rx(RcEp* ep);
+    void prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge);
+    void mark_posted(void* desc, std::uint8_t posted);
+    void post_rx_srq(int count);
+    Status post_rx_qp(RcEp* ep, int count);
+
+    unsigned poll_tx();
+    unsigned poll_rx();
+    void complete_upto(RcEp* ep, std::uint64_t sn, Status status);
+    void finish_op(TxOp* op, Status status);
+    LOOM_COLD void tx_error(RcEp* ep, const ibv_wc& wc);
+    LOOM_COLD void rx_error(RcEp* ep, const ibv_wc& wc);
+    void send_grant(RcEp* ep);
+    void dispatch_arbiter();
+    LOOM_COLD void fail_ep(RcEp* ep, Status status, const std::string& why);
+    void report_errors();
+    void drain_failed();
+
+    Status post_flush_marker(RcEp* ep);
+    Status flush_prepare(RcEp* ep, bool& needs_marker) const;
+    void finish_flush_part(IfaceFlush* flush, Status status);
+    void unlink_flush(IfaceFlush* flush);
+
+    // rdma_cm (rc_cm.cc)
+    Status cm_listen();
+    Status cm_connect(RcEp* ep, const RcDeviceAddress& dev, std::uint16_t port);
+    unsigned cm_poll();
+    void cm_handle(rdma_cm_event* event, rdma_cm_id*& reject);
+    void cm_accept(rdma_cm_event* event, rdma_cm_id*& reject);
+    void cm_set_state(RcEp* ep, CmState state);
+
+    IbMd* md_;
+    IbConfig config_;
+    const PortInfo& port_;
+    bool iwarp_;
+    bool atomics_;
+    bool use_rdmacm_ = false;
+    unsigned gid_index_ = 0;
+    ibv_gid gid_{};
+    ibv_mtu path_mtu_ = IBV_MTU_1024;
+    std::uint8_t timeout_exp_ = 0;
+    std::uint32_t max_rd_atomic_ = 1;
+    std::uint32_t max_dest_rd_atomic_ = 1;
+    std::uint32_t tx_queue_len_ = 0;
+    std::uint32_t rx_budget_ = 0;  ///< receive buffers not reserved by an endpoint
+    std::uint32_t fc_window_ = 0;
+    std::optional<IpAddress> ip_;
+    std::uint16_t gen_ = 0;  ///< generation of the last endpoint created
+
+    ibv_cq* send_cq_ = nullptr;
+    ibv_cq* recv_cq_ = nullptr;
+    ibv_srq* srq_ = nullptr;
+    std::int32_t srq_posted_ = 0;          ///< receives on the SRQ
+    std::int32_t srq_target_ = 0;          ///< receives the SRQ should hold (sum of reservations)
+    std::vector<void*> rx_descs_;          ///< every receive descriptor, to take back posted ones at the end
+    std::vector<std::uint8_t> rx_posted_;  ///< per descriptor of rx_descs_: posted to a receive queue
+    void* atomic_scratch_mem_ = nullptr;
+    ibv_mr* scratch_mr_ = nullptr;
+    std::vector<ibv_wc> wcs_;
+
+    std::unordered_map<std::uint32_t, RcEp*> qp_map_;
+    ucs::Queue<RcEp, &RcEp::arb_link> arbiter_;
+    std::vector<RcEp*> eps_;      ///< live endpoints (user-visible and passive)
+    std::vector<RcEp*> closing_;  ///< destroyed, waiting for their flushed requests
+    std::vector<RcEp*> failed_unreported_;
+    std::vector<RcEp*> draining_;  ///< failed, waiting for the device to flush their requests
+    IfaceFlush* flushes_ = nullptr;
+
+    rdma_event_channel* cm_channel_ = nullptr;
+    rdma_cm_id* cm_listen_id_ = nullptr;
+    std::uint16_t cm_port_ = 0;
+    unsigned cm_countdown_ = 1;
+    unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
+};
+
+/** Defined here, where RcIface is complete. */
+inline RcIface* RcEp::rc_iface() const noexcept { return static_cast<RcIface*>(iface); }
+
+}  // namespace loom::uct::ib

@@ -1,0 +1,497 @@
+/**
+ * rc progress: completions of sends and receives, credit grants, the pending arbiter,
+ * endpoint failure, and flush.
+ */
+#include "uct/ib/ib_log.h"
+#include "uct/ib/rc_iface.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace loom::uct::ib {
+
+namespace {
+
+/** sq_avail of a failed endpoint: negative, so every operation takes its slow path and returns the error. */
+constexpr std::int32_t kFailedSqAvail = INT32_MIN / 2;
+
+/**
+ * How long a failed endpoint waits for the device to flush its outstanding requests
+ * before completing the rest itself. rxe flushes in a kernel task within microseconds;
+ * siw never completes requests that user space posted after the connection broke and
+ * before the failure was known (they stay in the mapped send queue), so without this
+ * their completions would never come.
+ */
+constexpr auto kFailFlushGrace = std::chrono::seconds(1);
+
+const char* wc_status_text(ibv_wc_status status) { return ibv_wc_status_str(status); }
+
+/** The endpoint status for a work completion error. */
+Status wc_error_status(ibv_wc_status status) {
+    switch (status) {
+    case IBV_WC_REM_ACCESS_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_ACCESS_ERR: return Status::access_denied;
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_RESP_TIMEOUT_ERR: return Status::peer_timeout;
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_REM_INV_REQ_ERR: return Status::message_truncated;
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_REM_ABORT_ERR: return Status::connection_reset;
+    default: return Status::endpoint_failure;
+    }
+}
+
+}  // namespace
+
+// --- progress -------------------------------------------------------------------------------
+
+unsigned RcIface::progress() {
+    unsigned count = poll_rx();
+    count += poll_tx();
+    if (!arbiter_.empty()) dispatch_arbiter();
+    if (LOOM_UNLIKELY(!failed_unreported_.empty())) report_errors();
+    if (LOOM_UNLIKELY(!draining_.empty())) drain_failed();
+    if (LOOM_UNLIKELY(!closing_.empty())) reap_closing();
+    if (cm_channel_ != nullptr && --cm_countdown_ == 0) {
+        count += cm_poll();
+        cm_countdown_ = cm_busy_ != 0 ? 1 : kCmPollInterval;
+    }
+    return count;
+}
+
+unsigned RcIface::poll_tx() {
+    int n = ibv_poll_cq(send_cq_, static_cast<int>(wcs_.size()), wcs_.data());
+    if (LOOM_UNLIKELY(n <= 0)) {
+        if (n < 0) LOOM_LOG_ERROR("rc/{}: ibv_poll_cq (send) failed: {}", resource().dev_name, n);
+        return 0;
+    }
+    for (int i = 0; i < n; ++i) {
+        const ibv_wc& wc = wcs_[static_cast<std::size_t>(i)];
+        auto it = qp_map_.find(wc.qp_num);
+        RcEp* ep = it == qp_map_.end() ? nullptr : it->second;
+        if (LOOM_UNLIKELY(ep == nullptr || (wc.wr_id >> kWrIdGenShift) != ep->gen)) continue;  // a dead QP's
+        std::uint64_t sn = wc.wr_id & kWrIdSnMask;
+        if (LOOM_LIKELY(wc.status == IBV_WC_SUCCESS)) {
+            complete_upto(ep, sn, Status::ok);
+        } else {
+            tx_error(ep, wc);
+            complete_upto(ep, sn, ep->cold->status);
+        }
+    }
+    return static_cast<unsigned>(n);
+}
+
+void RcIface::tx_error(RcEp* ep, const ibv_wc& wc) {
+    if (ep->flags & (kEpFailed | kEpClosing)) return;
+    fail_ep(ep, wc_error_status(wc.status),
+            fmt::format("{} (vendor error {:#x})", wc_status_text(wc.status), wc.vendor_err));
+}
+
+void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
+    if (LOOM_UNLIKELY(sn <= ep->acked_sn || sn > ep->tx_sn)) return;  // duplicate or corrupt
+    auto done = static_cast<std::int32_t>(sn - ep->acked_sn);
+    ep->acked_sn = sn;
+    cq_avail += done;
+    if (LOOM_LIKELY(!(ep->flags & kEpFailed))) ep->sq_avail += done;
+    while (!ep->ops.empty() && ep->ops.front().sn <= sn) {
+        TxOp* op = ep->ops.pop_front();
+        finish_op(op, status);
+    }
+    if (!ep->pending.empty() || (ep->flags & kEpGrantDue)) arbiter_add(ep);
+}
+
+void RcIface::finish_op(TxOp* op, Status status) {
+    switch (op->kind) {
+    case TxOpKind::buffer: tx_desc_pool.put(op); return;
+    case TxOpKind::buffer_completion: {
+        Completion* comp = op->comp;
+        tx_desc_pool.put(op);
+        completion_update(comp, status);
+        return;
+    }
+    case TxOpKind::completion: {
+        Completion* comp = op->comp;
+        op_pool.put(op);
+        completion_update(comp, status);
+        return;
+    }
+    case TxOpKind::get_bcopy: {
+        Completion* comp = op->comp;
+        if (status == Status::ok) {
+            op->unpack.cb(op->unpack.arg, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload, op->length);
+        }
+        tx_desc_pool.put(op);
+        completion_update(comp, status);
+        return;
+    }
+    case TxOpKind::fetch64: {
+        Completion* comp = op->comp;
+        if (status == Status::ok) {
+            std::memcpy(op->result, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload,
+                        sizeof(std::uint64_t));
+        }
+        tx_desc_pool.put(op);
+        completion_update(comp, status);
+        return;
+    }
+    case TxOpKind::iface_flush: {
+        IfaceFlush* flush = op->flush;
+        op_pool.put(op);
+        finish_flush_part(flush, status);
+        return;
+    }
+    }
+}
+
+unsigned RcIface::poll_rx() {
+    int n = ibv_poll_cq(recv_cq_, static_cast<int>(wcs_.size()), wcs_.data());
+    if (LOOM_UNLIKELY(n <= 0)) {
+        if (n < 0) LOOM_LOG_ERROR("rc/{}: ibv_poll_cq (receive) failed: {}", resource().dev_name, n);
+        return 0;
+    }
+    // The handlers below may send (changing wcs_ is impossible: only progress polls) or destroy
+    // endpoints (their memory stays valid until reap_closing).
+    for (int i = 0; i < n; ++i) {
+        const ibv_wc& wc = wcs_[static_cast<std::size_t>(i)];
+        auto* desc = reinterpret_cast<std::uint8_t*>(wc.wr_id);
+        mark_posted(desc, 0);
+        auto it = qp_map_.find(wc.qp_num);
+        RcEp* ep = it == qp_map_.end() ? nullptr : it->second;
+        if (srq_ != nullptr) {
+            --srq_posted_;
+        } else if (ep != nullptr) {
+            --ep->rq_posted;
+        }
+        if (LOOM_UNLIKELY(wc.status != IBV_WC_SUCCESS)) {
+            rx_error(ep, wc);
+            rx_pool.put(desc);
+            continue;
+        }
+        RcAmHdr hdr;
+        std::memcpy(&hdr, desc + kRxDescHdr, sizeof(hdr));
+        if (LOOM_UNLIKELY(wc.byte_len < sizeof(RcAmHdr))) {
+            LOOM_LOG_WARN("rc/{}: dropped a {}-byte message without header from QP {:#x}",
+                          resource().dev_name, wc.byte_len, wc.qp_num);
+            rx_pool.put(desc);
+            continue;
+        }
+        if (ep != nullptr && hdr.credits != 0) {
+            ep->fc_credits = static_cast<std::int16_t>(ep->fc_credits + hdr.credits);
+            if (!ep->pending.empty()) arbiter_add(ep);
+        }
+        if (LOOM_LIKELY(!(hdr.flags & kAmHdrGrant))) {
+            Status status =
+                invoke_am(hdr.am_id, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr), kAmCbFlagDesc);
+            if (status != Status::in_progress) rx_pool.put(desc);
+            if (ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
+                ++ep->rx_credits;
+                if (ep->rx_credits >= grant_threshold) send_grant(ep);
+            }
+        } else {
+            rx_pool.put(desc);
+        }
+        if (srq_ == nullptr && ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
+            (void)post_rx_qp(ep, 1);
+        }
+    }
+    if (srq_ != nullptr && srq_posted_ < srq_target_) post_rx_srq(srq_target_ - srq_posted_);
+    return static_cast<unsigned>(n);
+}
+
+void RcIface::rx_error(RcEp* ep, const ibv_wc& wc) {
+    // Flushed receives are the queue pair going away (error or destruction), not news.
+    if (wc.status == IBV_WC_WR_FLUSH_ERR || ep == nullptr || (ep->flags & (kEpFailed | kEpClosing))) return;
+    fail_ep(ep, wc_error_status(wc.status),
+            fmt::format("receive failed: {} (vendor error {:#x})", wc_status_text(wc.status), wc.vendor_err));
+}
+
+void RcIface::send_grant(RcEp* ep) {
+    if (ep->rx_credits == 0 || (ep->flags & (kEpFailed | kEpClosing))) {
+        ep->flags &= static_cast<std::uint8_t>(~kEpGrantDue);
+        return;
+    }
+    if (!(ep->flags & kEpConnected)) {
+        // An accepting endpoint receives as soon as its QP is ready, which may be before its
+        // ESTABLISHED event is read: the grant goes out from connected().
+        ep->flags |= kEpGrantDue;
+        return;
+    }
+    if (ep->sq_avail <= 0 || cq_avail <= 0) {
+        ep->flags |= kEpGrantDue;
+        arbiter_add(ep);
+        return;
+    }
+    RcAmHdr hdr{0, kAmHdrGrant, ep->rx_credits};
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(&hdr), sizeof(hdr), 0};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_INLINE;
+    std::uint64_t sn = ep->tx_sn + 1;
+    wr.wr_id = (static_cast<std::uint64_t>(ep->gen) << kWrIdGenShift) | sn;
+    bool signaled = ep->unsignaled + 1u >= signal_interval;
+    if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(ep->qp, &wr, &bad); rc != 0) {
+        (void)post_failed(ep, rc, "credit grant");
+        ep->flags |= kEpGrantDue;
+        arbiter_add(ep);
+        return;
+    }
+    ep->unsignaled = signaled ? 0 : static_cast<std::uint16_t>(ep->unsignaled + 1);
+    ep->tx_sn = sn;
+    --ep->sq_avail;
+    --cq_avail;
+    ep->rx_credits = 0;
+    ep->flags &= static_cast<std::uint8_t>(~kEpGrantDue);
+}
+
+void RcIface::dispatch_arbiter() {
+    ucs::Queue<RcEp, &RcEp::arb_link> round;
+    bool again = true;
+    while (again && !arbiter_.empty()) {
+        again = false;
+        round.splice_back(arbiter_);
+        while (RcEp* ep = round.pop_front()) {
+            ep->flags &= static_cast<std::uint8_t>(~kEpInArbiter);
+            if (ep->flags & kEpClosing) continue;
+            if (ep->flags & kEpGrantDue) send_grant(ep);
+            if (ep->pending.empty()) continue;
+            // One request per endpoint and round: endpoints are served fairly.
+            if (ep->failed() || (ep->sq_avail > 0 && cq_avail > 0)) {
+                PendingReq* req = ep->pending.pop_front();
+                Status status = req->func(req);
+                if (status == Status::no_resource) {
+                    ep->pending.push_front(*req);
+                } else {
+                    again = true;
+                }
+            }
+            if (!ep->pending.empty() && !(ep->flags & kEpClosing)) arbiter_add(ep);
+        }
+    }
+}
+
+// --- errors ---------------------------------------------------------------------------------
+
+Status RcIface::resource_status(RcEp* ep) const {
+    if (ep->flags & kEpFailed) return ep->cold->status;
+    if (ep->flags & kEpClosing) return Status::canceled;
+    return Status::no_resource;
+}
+
+Status RcIface::post_failed(RcEp* ep, int rc, const char* what) {
+    if (rc == ENOMEM) {
+        LOOM_LOG_DEBUG("rc/{}: {} on QP {:#x}: send queue full", resource().dev_name, what, ep->qp_num);
+        return Status::no_resource;
+    }
+    LOOM_LOG_ERROR("rc/{}: {} on QP {:#x} failed: {}", resource().dev_name, what, ep->qp_num,
+                   std::strerror(rc));
+    return Status::io_error;
+}
+
+void RcIface::fail_ep(RcEp* ep, Status status, const std::string& why) {
+    if (ep->flags & (kEpFailed | kEpClosing)) return;
+    ep->flags |= kEpFailed;
+    ep->flags &= static_cast<std::uint8_t>(~(kEpGrantDue | kEpFence));
+    ep->cold->status = status;
+    ep->sq_avail = kFailedSqAvail;
+    if (ep->qp != nullptr) qp_to_error(ep);
+    if (ep->flags & kEpPassive) {
+        // An accepted connection belongs to the iface: nobody to tell, it just goes away.
+        LOOM_LOG_DEBUG("rc/{}: accepted connection from {} ended: {} ({})", resource().dev_name,
+                       ep->cold->peer, why, to_string(status));
+        close_ep(ep);
+        return;
+    }
+    LOOM_LOG_WARN("rc/{}: endpoint to {} failed: {} ({})", resource().dev_name,
+                  ep->cold->peer.empty() ? std::string("an unconnected peer") : ep->cold->peer, why,
+                  to_string(status));
+    failed_unreported_.push_back(ep);
+    ep->cold->deadline = std::chrono::steady_clock::now() + kFailFlushGrace;
+    draining_.push_back(ep);
+}
+
+void RcIface::drain_failed() {
+    auto now = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < draining_.size();) {
+        RcEp* ep = draining_[i];
+        if (ep->tx_sn != ep->acked_sn && now < ep->cold->deadline) {
+            ++i;
+            continue;
+        }
+        if (ep->tx_sn != ep->acked_sn) {
+            LOOM_LOG_DEBUG("rc/{}: QP {:#x}: {} requests never flushed by the device; completing them",
+                           resource().dev_name, ep->qp_num, ep->tx_sn - ep->acked_sn);
+            // Their CQ entries will never be used: the accounting of complete_upto stays right.
+            complete_upto(ep, ep->tx_sn, ep->cold->status);
+        }
+        draining_[i] = draining_.back();
+        draining_.pop_back();
+    }
+}
+
+void RcIface::report_errors() {
+    std::vector<RcEp*> failed;
+    failed.swap(failed_unreported_);
+    for (RcEp* ep : failed) {
+        if ((ep->flags & kEpClosing) || ep->cold->error_reported) continue;
+        ep->cold->error_reported = true;
+        if (ep->cold->on_error != nullptr) ep->cold->on_error(ep->cold->on_error_arg, ep, ep->cold->status);
+    }
+}
+
+// --- flush ----------------------------------------------------------------------------------
+
+Status RcIface::post_flush_marker(RcEp* ep) {
+    // A signaled zero-length request completes after everything posted before it. On iWARP a
+    // write completes once handed to TCP, so only a read proves earlier writes were placed.
+    ibv_send_wr wr{};
+    wr.opcode = iwarp_ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    // An iWARP read names its sink even when empty: without an entry siw takes whatever the
+    // reused send queue slot holds, and the response then hits an invalid STag (TERMINATE).
+    ibv_sge sink{reinterpret_cast<std::uintptr_t>(atomic_scratch), 0, atomic_scratch_lkey};
+    if (iwarp_) {
+        wr.sg_list = &sink;
+        wr.num_sge = 1;
+    }
+    std::uint64_t sn = ep->tx_sn + 1;
+    wr.wr_id = (static_cast<std::uint64_t>(ep->gen) << kWrIdGenShift) | sn;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (ep->flags & kEpFence) wr.send_flags |= IBV_SEND_FENCE;
+    ibv_send_wr* bad = nullptr;
+    if (int rc = ibv_post_send(ep->qp, &wr, &bad); rc != 0) return post_failed(ep, rc, "flush");
+    ep->flags &= static_cast<std::uint8_t>(~(kEpFence | kEpUnflushedWrites));
+    ep->unsignaled = 0;
+    ep->tx_sn = sn;
+    --ep->sq_avail;
+    --cq_avail;
+    return Status::ok;
+}
+
+/** What flushing @p ep needs: nothing (ok), a marker request, or to wait (no_resource). */
+Status RcIface::flush_prepare(RcEp* ep, bool& needs_marker) const {
+    needs_marker = false;
+    if (!ep->pending.empty()) return Status::no_resource;
+    bool remote = iwarp_ && (ep->flags & kEpUnflushedWrites);
+    if (ep->tx_sn == ep->acked_sn && !remote) return Status::ok;
+    if (ep->unsignaled != 0 || remote) {
+        if (ep->sq_avail <= 0 || cq_avail <= 0) return Status::no_resource;
+        needs_marker = true;
+    }
+    return Status::in_progress;
+}
+
+Status RcIface::ep_flush(RcEp* ep, unsigned flags, Completion* comp) {
+    if (ep->flags & kEpFailed) return ep->cold->status;
+    if (ep->flags & kEpClosing) return Status::canceled;
+    if (flags & kFlushCancel) {
+        // Every outstanding request completes with canceled as the QP flushes; the endpoint is
+        // unusable afterwards, as after a failure, but nobody is told of an error.
+        ep->pending.clear();
+        ep->flags |= kEpFailed;
+        ep->cold->status = Status::canceled;
+        ep->cold->error_reported = true;
+        ep->sq_avail = kFailedSqAvail;
+        if (ep->qp != nullptr) qp_to_error(ep);
+        if (ep->tx_sn == ep->acked_sn) return Status::ok;
+        ep->cold->deadline = std::chrono::steady_clock::now() + kFailFlushGrace;
+        draining_.push_back(ep);
+        if (comp != nullptr) {
+            void* record;
+            if (Status s = op_pool.try_get(record); s != Status::ok) return s;
+            auto* op = static_cast<TxOp*>(record);
+            op->comp = comp;
+            op->kind = TxOpKind::completion;
+            op->sn = ep->tx_sn;
+            ep->ops.push_back(*op);
+        }
+        return Status::in_progress;
+    }
+    bool marker = false;
+    Status status = flush_prepare(ep, marker);
+    if (status != Status::in_progress) return status;
+    void* record = nullptr;
+    if (comp != nullptr) {
+        if (Status s = op_pool.try_get(record); s != Status::ok) return s;
+    }
+    if (marker) {
+        if (Status s = post_flush_marker(ep); s != Status::ok) {
+            if (record != nullptr) op_pool.put(record);
+            return s;
+        }
+    }
+    if (record != nullptr) {
+        auto* op = static_cast<TxOp*>(record);
+        op->comp = comp;
+        op->kind = TxOpKind::completion;
+        op->sn = ep->tx_sn;
+        ep->ops.push_back(*op);
+    }
+    return Status::in_progress;
+}
+
+Status RcIface::iface_flush(unsigned flags, Completion* comp) {
+    if (flags & kFlushCancel) {
+        LOOM_LOG_ERROR("rc/{}: iface_flush with kFlushCancel: cancel is per endpoint", resource().dev_name);
+        return Status::invalid_param;
+    }
+    // First decide for every endpoint, so that nothing is posted when the flush cannot start.
+    std::vector<std::pair<RcEp*, bool>> parts;
+    for (RcEp* ep : eps_) {
+        if (ep->flags & (kEpFailed | kEpClosing)) continue;
+        bool marker = false;
+        Status status = flush_prepare(ep, marker);
+        if (status == Status::no_resource) return status;
+        if (status == Status::in_progress) parts.emplace_back(ep, marker);
+    }
+    if (parts.empty()) return Status::ok;
+    IfaceFlush* flush = nullptr;
+    if (comp != nullptr) {
+        flush = new IfaceFlush{comp, 0, Status::ok, flushes_, nullptr};
+        if (flushes_ != nullptr) flushes_->prev = flush;
+        flushes_ = flush;
+    }
+    for (auto [ep, marker] : parts) {
+        if (marker && post_flush_marker(ep) != Status::ok) continue;  // logged; that endpoint has failed
+        if (flush == nullptr) continue;
+        void* record = op_pool.get();
+        if (record == nullptr) continue;
+        auto* op = static_cast<TxOp*>(record);
+        op->flush = flush;
+        op->kind = TxOpKind::iface_flush;
+        op->sn = ep->tx_sn;
+        ep->ops.push_back(*op);
+        ++flush->remaining;
+    }
+    if (flush != nullptr && flush->remaining == 0) {
+        unlink_flush(flush);
+        delete flush;
+        return Status::ok;
+    }
+    return Status::in_progress;
+}
+
+void RcIface::finish_flush_part(IfaceFlush* flush, Status status) {
+    if (flush->status == Status::ok) flush->status = status;
+    if (--flush->remaining > 0) return;
+    Completion* comp = flush->comp;
+    Status result = flush->status;
+    unlink_flush(flush);
+    delete flush;
+    completion_update(comp, result);
+}
+
+void RcIface::unlink_flush(IfaceFlush* flush) {
+    if (flush->prev != nullptr) {
+        flush->prev->next = flush->next;
+    } else {
+        flushes_ = flush->next;
+    }
+    if (flush->next != nullptr) flush->next->prev = flush->prev;
+}
+
+}  // namespace loom::uct::ib

@@ -1,0 +1,80 @@
+/**
+ * What the rc transport puts on the wire and into addresses. Every address starts
+ * with a version byte; all multi-byte fields are little-endian (peers of one
+ * architecture family; a big-endian port would add byte swaps here). Fields are laid out
+ * at their natural alignment, so the structs need no packing (their sizes are asserted).
+ */
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace loom::uct::ib {
+
+/** Version byte of every rc address and of the rdma_cm private data. */
+inline constexpr std::uint8_t kRcAddrVersion = 1;
+
+/** Device address flags. */
+enum DevAddrFlags : std::uint8_t {
+    kDevAddrIwarp = 1u << 0,     ///< iWARP transport
+    kDevAddrEthernet = 1u << 1,  ///< Ethernet link layer (RoCE, iWARP)
+    kDevAddrIpv6 = 1u << 2,      ///< ip holds an IPv6 address (else IPv4 in its first 4 bytes)
+    kDevAddrHasIp = 1u << 3,     ///< ip is valid
+};
+
+/** The device address: how to reach the port (GID, LID) and its IP address for rdma_cm. */
+struct RcDeviceAddress {
+    std::uint8_t version;
+    std::uint8_t flags;
+    std::uint16_t lid;     ///< InfiniBand only
+    std::uint8_t gid[16];  ///< the GID the iface uses (RoCE: chosen by LOOM_IB_GID_INDEX)
+    std::uint8_t ip[16];
+};
+static_assert(sizeof(RcDeviceAddress) == 36);
+
+/** The iface address: how endpoints are connected, and the rdma_cm port where that applies. */
+struct RcIfaceAddress {
+    std::uint8_t version;
+    std::uint8_t cm;         ///< CmMode::verbs or CmMode::rdmacm
+    std::uint16_t port;      ///< rdma_cm listening port (host order), 0 for verbs
+    std::uint32_t seg_size;  ///< receive buffer payload size: peers must agree
+};
+static_assert(sizeof(RcIfaceAddress) == 8);
+
+/** The endpoint address of a connect-to-ep endpoint. */
+struct RcEpAddress {
+    std::uint8_t version;
+    std::uint8_t mtu;      ///< ibv_mtu of the sender's port
+    std::uint16_t window;  ///< active messages the sender of this address can receive (peer's credits)
+    std::uint32_t qpn;
+    std::uint32_t psn;  ///< first packet sequence number of the sender's send queue
+    std::uint32_t seg_size;
+};
+static_assert(sizeof(RcEpAddress) == 16);
+
+/** rdma_cm private data, in the connect request and in the accept. */
+struct RcCmPrivate {
+    std::uint8_t version;
+    std::uint8_t reserved;
+    std::uint16_t window;
+    std::uint32_t seg_size;
+};
+static_assert(sizeof(RcCmPrivate) == 8);
+
+/** Flags of an active message header. */
+enum AmHdrFlags : std::uint8_t {
+    kAmHdrGrant = 1u << 0,  ///< credit grant only: no message for a handler
+};
+
+/**
+ * Header of every send: 4 bytes, so a receive buffer posted 4 bytes before an 8-byte
+ * boundary delivers the payload 8-byte aligned to the handler.
+ */
+struct RcAmHdr {
+    std::uint8_t am_id;
+    std::uint8_t flags;
+    std::uint16_t credits;  ///< active-message credits returned to the receiver of this header
+};
+static_assert(sizeof(RcAmHdr) == 4);
+
+}  // namespace loom::uct::ib

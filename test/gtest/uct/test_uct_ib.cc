@@ -1,0 +1,1130 @@
+/**
+ * Tests of the verbs transport (rc) that the generic suites cannot express: device
+ * discovery and description, the GID choice, remote keys, traffic between two
+ * devices (rxe0 -> rxe1, siw0 -> siw1: the realistic path, packets cross a wire),
+ * flow control without receiver-not-ready, per-QP receive queues, rdma_cm on RoCE,
+ * pending fairness, flush, and endpoint failure on a bad remote key or a dead peer.
+ *
+ * They run wherever verbs devices exist (in CI: the rdma-vm with Soft-RoCE and
+ * soft-iWARP) and skip elsewhere.
+ */
+#include "uct_test.h"
+
+#include "common/test_helpers.h"
+#include "uct/ib/rc_wire.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace loom::uct::test {
+namespace {
+
+using ib::RcDeviceAddress;
+
+constexpr AmId kAmId = 7;
+
+/** Every rc resource found here. */
+std::vector<Resource> rc_resources() {
+    std::vector<Resource> rc;
+    for (const Resource& r : all_resources()) {
+        if (r.tl.tl_name == "rc") rc.push_back(r);
+    }
+    return rc;
+}
+
+/** True when the md of @p r describes an iWARP device. */
+bool is_iwarp(const Resource& r) {
+    auto md = r.component->md_open(r.md_name);
+    return md.ok() && (*md)->describe().find("transport iWARP") != std::string::npos;
+}
+
+/** Two resources of the same kind on different devices: a sender and a receiver across a wire. */
+struct Pair {
+    Resource a, b;
+    std::string name() const {
+        std::string n = a.md_name + "_to_" + b.md_name;
+        for (char& c : n) {
+            if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+        }
+        return n;
+    }
+};
+
+void PrintTo(const Pair& p, std::ostream* os) { *os << p.name(); }
+
+std::vector<Pair> device_pairs() {
+    std::vector<Pair> pairs;
+    std::vector<Resource> rc = rc_resources();
+    std::vector<bool> used(rc.size(), false);
+    for (std::size_t i = 0; i < rc.size(); ++i) {
+        for (std::size_t j = i + 1; j < rc.size() && !used[i]; ++j) {
+            if (used[j] || rc[i].md_name == rc[j].md_name || is_iwarp(rc[i]) != is_iwarp(rc[j])) continue;
+            pairs.push_back({rc[i], rc[j]});
+            used[i] = used[j] = true;
+        }
+    }
+    return pairs;
+}
+
+/** One side: worker, md and iface opened with configuration overrides. */
+class Side {
+public:
+    explicit Side(const Resource& r, const ucs::config::Overrides& overrides = {}) : resource_(r) {
+        auto md = r.component->md_open(r.md_name);
+        if (!md) throw std::runtime_error("md_open failed");
+        md_ = std::move(*md);
+        IfaceParams params;
+        params.config_overrides = overrides;
+        auto iface = md_->iface_open(r.tl, &worker_, params);
+        if (!iface) {
+            throw std::runtime_error(std::string("iface_open failed: ") +
+                                     std::string(to_string(iface.status())));
+        }
+        iface_ = std::move(*iface);
+        if (iface_->query(attr_) != Status::ok || md_->query(md_attr_) != Status::ok) {
+            throw std::runtime_error("query failed");
+        }
+        dev_addr_.resize(attr_.device_addr_len);
+        iface_addr_.resize(attr_.iface_addr_len);
+        if (iface_->get_device_address(dev_addr_.data()) != Status::ok ||
+            iface_->get_address(iface_addr_.data()) != Status::ok ||
+            iface_->progress_enable() != Status::ok) {
+            throw std::runtime_error("iface set-up failed");
+        }
+    }
+
+    ~Side() {
+        for (Ep* ep : eps_) iface_->ep_destroy(ep);
+        iface_.reset();
+        md_.reset();
+    }
+
+    /** Forgets @p ep (the test destroyed it). */
+    void forget(Ep* ep) { std::erase(eps_, ep); }
+
+    Worker& worker() { return worker_; }
+    Md& md() { return *md_; }
+    Iface& iface() { return *iface_; }
+    const IfaceAttr& attr() const { return attr_; }
+    const Resource& resource() const { return resource_; }
+    const std::vector<std::uint8_t>& dev_addr() const { return dev_addr_; }
+    const std::vector<std::uint8_t>& iface_addr() const { return iface_addr_; }
+    bool connect_to_ep() const { return !(attr_.cap_flags & kCapConnectToIface); }
+
+    /**
+     * An endpoint to @p peer. Endpoint to endpoint: @p peer gets one back (returned in
+     * @p back); to an iface: the peer accepts by itself and @p back is null.
+     */
+    Ep* connect(Side& peer, const EpParams& params = {}, Ep** back = nullptr,
+                const EpParams& back_params = {}) {
+        if (connect_to_ep()) {
+            auto ep = iface_->ep_create(params);
+            auto peer_ep = peer.iface_->ep_create(back_params);
+            if (!ep || !peer_ep) throw std::runtime_error("ep_create failed");
+            eps_.push_back(*ep);
+            peer.eps_.push_back(*peer_ep);
+            std::vector<std::uint8_t> a(attr_.ep_addr_len), b(peer.attr_.ep_addr_len);
+            if (iface_->ep_get_address(*ep, a.data()) != Status::ok ||
+                peer.iface_->ep_get_address(*peer_ep, b.data()) != Status::ok ||
+                iface_->ep_connect_to_ep(*ep, peer.dev_addr_.data(), peer.dev_addr_.size(), b.data(),
+                                         b.size()) != Status::ok ||
+                peer.iface_->ep_connect_to_ep(*peer_ep, dev_addr_.data(), dev_addr_.size(), a.data(),
+                                              a.size()) != Status::ok) {
+                throw std::runtime_error("connect to ep failed");
+            }
+            if (back != nullptr) *back = *peer_ep;
+            return *ep;
+        }
+        EpParams p = params;
+        p.dev_addr = peer.dev_addr_.data();
+        p.dev_addr_len = peer.dev_addr_.size();
+        p.iface_addr = peer.iface_addr_.data();
+        p.iface_addr_len = peer.iface_addr_.size();
+        auto ep = iface_->ep_create(p);
+        if (!ep) throw std::runtime_error("ep_create failed");
+        eps_.push_back(*ep);
+        if (back != nullptr) *back = nullptr;
+        return *ep;
+    }
+
+private:
+    Resource resource_;
+    Worker worker_;
+    std::unique_ptr<Md> md_;
+    std::unique_ptr<Iface> iface_;
+    IfaceAttr attr_;
+    MdAttr md_attr_;
+    std::vector<std::uint8_t> dev_addr_, iface_addr_;
+    std::vector<Ep*> eps_;
+};
+
+/** What a receiver saw. */
+struct Received {
+    std::vector<std::vector<std::uint8_t>> messages;
+    static Status handler(void* arg, void* data, std::size_t length, unsigned) {
+        auto* self = static_cast<Received*>(arg);
+        auto* bytes = static_cast<std::uint8_t*>(data);
+        self->messages.emplace_back(bytes, bytes + length);
+        return Status::ok;
+    }
+};
+
+/** Records endpoint failures. */
+struct ErrorLog {
+    int calls = 0;
+    Status status = Status::ok;
+    Ep* ep = nullptr;
+    static void on_error(void* arg, Ep* ep, Status status) {
+        auto* self = static_cast<ErrorLog*>(arg);
+        ++self->calls;
+        self->status = status;
+        self->ep = ep;
+    }
+    EpParams params() {
+        EpParams p;
+        p.on_error = on_error;
+        p.on_error_arg = this;
+        return p;
+    }
+};
+
+std::vector<std::uint8_t> pattern(std::size_t length, unsigned seed) {
+    std::vector<std::uint8_t> data(length);
+    for (std::size_t i = 0; i < length; ++i) {
+        data[i] = static_cast<std::uint8_t>(seed * 131 + i * 7 + (i >> 8));
+    }
+    return data;
+}
+
+std::size_t pack_vector(void* dest, void* arg) {
+    auto* data = static_cast<std::vector<std::uint8_t>*>(arg);
+    if (!data->empty()) std::memcpy(dest, data->data(), data->size());
+    return data->size();
+}
+
+std::string read_line(const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+
+/** The rdma-vm exports RDMA_VM_<DEV>_GID_INDEX; empty elsewhere. */
+std::string vm_gid_index(const std::string& dev) {
+    std::string var = "RDMA_VM_" + dev + "_GID_INDEX";
+    std::transform(var.begin(), var.end(), var.begin(), [](unsigned char c) { return std::toupper(c); });
+    const char* value = std::getenv(var.c_str());
+    return value ? value : "";
+}
+
+/** A receiver's memory registered for every remote access, with the sender's key. */
+struct RemoteBuffer {
+    std::vector<std::uint8_t> data;
+    MemH memh = kMemHNull;
+    Rkey rkey;
+    Side* owner;
+    Side* user;
+
+    RemoteBuffer(Side& owner_side, Side& user_side, std::size_t size)
+        : data(size, 0), owner(&owner_side), user(&user_side) {
+        auto reg = owner->md().mem_reg(data.data(), data.size(), kAccessAll);
+        if (!reg) throw std::runtime_error("mem_reg failed");
+        memh = *reg;
+        std::vector<std::uint8_t> packed(kIbRkeySize);
+        if (owner->md().mkey_pack(memh, packed.data()) != Status::ok) {
+            throw std::runtime_error("mkey_pack failed");
+        }
+        auto unpacked = user->md().component().rkey_unpack(packed.data(), packed.size());
+        if (!unpacked) throw std::runtime_error("rkey_unpack failed");
+        rkey = *unpacked;
+    }
+    ~RemoteBuffer() {
+        user->md().component().rkey_release(rkey);
+        (void)owner->md().mem_dereg(memh);
+    }
+    std::uint64_t addr(std::size_t offset = 0) const {
+        return reinterpret_cast<std::uint64_t>(data.data()) + offset;
+    }
+    static constexpr std::size_t kIbRkeySize = 5;
+};
+
+/** Local memory registered on @p side. */
+struct LocalBuffer {
+    std::vector<std::uint8_t> data;
+    MemH memh = kMemHNull;
+    Side* side;
+    LocalBuffer(Side& s, std::size_t size, unsigned access, std::uint8_t fill = 0)
+        : data(size, fill), side(&s) {
+        auto reg = side->md().mem_reg(data.data(), data.size(), access);
+        if (!reg) throw std::runtime_error("mem_reg failed");
+        memh = *reg;
+    }
+    ~LocalBuffer() { (void)side->md().mem_dereg(memh); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Single resource: discovery, addressing, keys, attributes.
+// ---------------------------------------------------------------------------------------------
+
+class IbResourceTest : public testing::TestWithParam<Resource> {};
+
+TEST_P(IbResourceTest, DescribeShowsTheDevice) {
+    auto md = GetParam().component->md_open(GetParam().md_name);
+    ASSERT_TRUE(md.ok());
+    std::string text = (*md)->describe();
+    EXPECT_NE(std::string::npos, text.find("device " + GetParam().md_name + ": transport ")) << text;
+    for (const char* fact : {"link layer ", "active MTU ", "Gb/s", "GID[", "limits: ", "atomics: "}) {
+        EXPECT_NE(std::string::npos, text.find(fact)) << "missing '" << fact << "' in:\n" << text;
+    }
+    // Every GID the kernel lists is shown with its index.
+    std::string port = GetParam().tl.dev_name.substr(GetParam().tl.dev_name.rfind(':') + 1);
+    std::string gid0 =
+        read_line("/sys/class/infiniband/" + GetParam().md_name + "/ports/" + port + "/gids/0");
+    if (!gid0.empty()) {
+        EXPECT_NE(std::string::npos, text.find("GID[0] ")) << text;
+    }
+}
+
+TEST_P(IbResourceTest, AttributesMatchTheDevice) {
+    Side side(GetParam());
+    const IfaceAttr& attr = side.attr();
+    bool iwarp = is_iwarp(GetParam());
+    EXPECT_TRUE(attr.cap_flags & kCapPutShort);
+    EXPECT_EQ(attr.put.max_short, attr.am.max_short + 12) << "am_short = inline minus 4 + 8 header bytes";
+    EXPECT_EQ(8192u, attr.am.max_bcopy);
+    EXPECT_LE(attr.am.max_zcopy + attr.am.max_hdr, attr.am.max_bcopy)
+        << "a zcopy message fits a receive buffer";
+    EXPECT_GE(attr.get.max_iov, 1u);
+    EXPECT_GT(attr.bandwidth_dedicated, 0);
+    EXPECT_GT(attr.latency.c, 0);
+    EXPECT_LE(attr.ep_size, 128u);
+    if (iwarp) {
+        EXPECT_TRUE(attr.cap_flags & kCapConnectToIface) << "iWARP connects through rdma_cm";
+        EXPECT_FALSE(attr.cap_flags & (kCapAtomic32 | kCapAtomic64)) << "iWARP (siw) has no atomics";
+        EXPECT_EQ(0u, attr.ep_addr_len);
+    } else {
+        EXPECT_TRUE(attr.cap_flags & kCapConnectToEp);
+        EXPECT_GT(attr.ep_addr_len, 0u);
+        EXPECT_TRUE(attr.cap_flags & kCapAtomic64);
+        EXPECT_EQ(atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap), attr.atomic64_ops)
+            << "verbs has 64-bit fetch-add and compare-swap only";
+        EXPECT_FALSE(attr.cap_flags & kCapAtomic32);
+    }
+}
+
+TEST_P(IbResourceTest, UnsupportedAtomicsSayUnsupported) {
+    Side a(GetParam()), b(GetParam());
+    Ep* ep = a.connect(b);
+    std::uint64_t result = 0;
+    std::uint32_t result32 = 0;
+    EXPECT_EQ(Status::unsupported, ep_atomic32_post(ep, AtomicOp::add, 1, 0, 0));
+    EXPECT_EQ(Status::unsupported, ep_atomic32_fetch(ep, AtomicOp::add, 1, &result32, 0, 0, nullptr));
+    EXPECT_EQ(Status::unsupported, ep_atomic64_post(ep, AtomicOp::xor_, 1, 0, 0));
+    EXPECT_EQ(Status::unsupported, ep_atomic64_fetch(ep, AtomicOp::swap, 1, &result, 0, 0, nullptr));
+}
+
+TEST_P(IbResourceTest, GidAutoPicksRoceV2Ipv4) {
+    if (is_iwarp(GetParam())) GTEST_SKIP() << "iWARP addresses by IP, not by GID";
+    loom::test::LogCapture capture("info");
+    Side side(GetParam());
+    ASSERT_EQ(1, capture.count("using GID index")) << capture.text();
+    std::string text = capture.text();
+    auto pos = text.find("using GID index ");
+    unsigned index = static_cast<unsigned>(std::stoul(text.substr(pos + 16)));
+    std::string port = GetParam().tl.dev_name.substr(GetParam().tl.dev_name.rfind(':') + 1);
+    std::string base = "/sys/class/infiniband/" + GetParam().md_name + "/ports/" + port;
+    EXPECT_EQ("RoCE v2", read_line(base + "/gid_attrs/types/" + std::to_string(index)));
+    EXPECT_NE(std::string::npos, text.find("RoCE v2 IPv4")) << text;
+    std::string expected = vm_gid_index(GetParam().md_name);
+    if (!expected.empty()) {
+        EXPECT_EQ(expected, std::to_string(index)) << "the rdma-vm says which index is IPv4";
+    }
+    // The device address carries that GID.
+    RcDeviceAddress addr;
+    ASSERT_EQ(sizeof(addr), side.dev_addr().size());
+    std::memcpy(&addr, side.dev_addr().data(), sizeof(addr));
+    std::string gid = read_line(base + "/gids/" + std::to_string(index));  // "0000:0000:...:ffff:c000:0201"
+    std::string hex;
+    for (unsigned i = 0; i < 16; ++i) {
+        hex += fmt::format("{:02x}{}", addr.gid[i], (i % 2 == 1 && i != 15) ? ":" : "");
+    }
+    EXPECT_EQ(gid, hex);
+    EXPECT_EQ(0xff, addr.gid[10]);
+    EXPECT_EQ(0xff, addr.gid[11]);
+}
+
+TEST_P(IbResourceTest, GidIndexCanBeChosenAndIsChecked) {
+    if (is_iwarp(GetParam())) GTEST_SKIP() << "iWARP addresses by IP, not by GID";
+    {
+        Side side(GetParam(), {{"IB_GID_INDEX", "0"}});
+        RcDeviceAddress addr;
+        std::memcpy(&addr, side.dev_addr().data(), sizeof(addr));
+        EXPECT_EQ(0xfe, addr.gid[0]) << "index 0 of a RoCE port is the link-local fe80:: GID";
+    }
+    loom::test::LogCapture capture("error");
+    auto md = GetParam().component->md_open(GetParam().md_name);
+    ASSERT_TRUE(md.ok());
+    Worker worker;
+    IfaceParams params;
+    params.config_overrides = {{"IB_GID_INDEX", "999"}};
+    auto iface = (*md)->iface_open(GetParam().tl, &worker, params);
+    EXPECT_EQ(Status::invalid_config, iface.status());
+    EXPECT_EQ(1, capture.count("LOOM_IB_GID_INDEX=999"));
+}
+
+TEST_P(IbResourceTest, BadConfigurationIsRejectedWithOneLine) {
+    auto md = GetParam().component->md_open(GetParam().md_name);
+    ASSERT_TRUE(md.ok());
+    Worker worker;
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, std::string>>{{"IB_FC_WINDOW", "0"},
+                                                          {"IB_SEG_SIZE", "16"},
+                                                          {"IB_RX_QUEUE_LEN", "10"},
+                                                          {"IB_PATH_MTU", "1000"}}) {
+        loom::test::LogCapture capture("error");
+        IfaceParams params;
+        params.config_overrides = {{key, value}};
+        auto iface = (*md)->iface_open(GetParam().tl, &worker, params);
+        EXPECT_EQ(Status::invalid_config, iface.status()) << key << "=" << value;
+        EXPECT_EQ(1, capture.count("LOOM_" + key)) << capture.text();
+    }
+}
+
+TEST_P(IbResourceTest, RemoteKeysAreValidated) {
+    Side side(GetParam());
+    std::vector<std::uint8_t> buffer(4096);
+    auto reg = side.md().mem_reg(buffer.data(), buffer.size(), kAccessAll);
+    ASSERT_TRUE(reg.ok());
+    std::vector<std::uint8_t> packed(5);
+    ASSERT_EQ(Status::ok, side.md().mkey_pack(*reg, packed.data()));
+    const Component& component = side.md().component();
+    auto rkey = component.rkey_unpack(packed.data(), packed.size());
+    ASSERT_TRUE(rkey.ok());
+    EXPECT_NE(0u, rkey->rkey);
+    loom::test::LogCapture capture("fatal");
+    auto bad = packed;
+    bad[0] ^= 0xff;
+    EXPECT_FALSE(component.rkey_unpack(bad.data(), bad.size()).ok()) << "version byte";
+    EXPECT_FALSE(component.rkey_unpack(packed.data(), 4).ok());
+    EXPECT_FALSE(component.rkey_unpack(nullptr, 5).ok());
+    EXPECT_EQ(Status::invalid_param, side.md().mem_dereg(reinterpret_cast<MemH>(buffer.data())))
+        << "a handle the md did not give out";
+    EXPECT_FALSE(side.md().mem_reg(nullptr, 10, kAccessAll).ok());
+    EXPECT_EQ(Status::ok, side.md().mem_dereg(*reg));
+}
+
+TEST_P(IbResourceTest, ConnectModelIsEnforced) {
+    Side side(GetParam());
+    loom::test::LogCapture capture("fatal");
+    if (side.connect_to_ep()) {
+        EpParams params;
+        params.dev_addr = side.dev_addr().data();
+        params.dev_addr_len = side.dev_addr().size();
+        params.iface_addr = side.iface_addr().data();
+        params.iface_addr_len = side.iface_addr().size();
+        EXPECT_EQ(Status::unsupported, side.iface().ep_create(params).status())
+            << "valid address, wrong model";
+        auto ep = side.iface().ep_create(EpParams{});
+        ASSERT_TRUE(ep.ok());
+        std::vector<std::uint8_t> addr(side.attr().ep_addr_len);
+        ASSERT_EQ(Status::ok, side.iface().ep_get_address(*ep, addr.data()));
+        auto bad = addr;
+        bad[0] ^= 0xff;
+        EXPECT_EQ(Status::invalid_address,
+                  side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(), side.dev_addr().size(),
+                                                bad.data(), bad.size()));
+        EXPECT_EQ(Status::invalid_address,
+                  side.iface().ep_connect_to_ep(*ep, side.dev_addr().data(), side.dev_addr().size(),
+                                                addr.data(), 3));
+        // Not connected yet: operations wait, they do not fail.
+        EXPECT_EQ(Status::no_resource, ep_am_short(*ep, kAmId, 0, nullptr, 0));
+        side.iface().ep_destroy(*ep);
+    } else {
+        EXPECT_EQ(Status::invalid_param, side.iface().ep_create(EpParams{}).status())
+            << "rdma_cm needs an address";
+    }
+}
+
+TEST_P(IbResourceTest, EndpointsBeyondTheReceiveBudgetAreRefused) {
+    // Every endpoint reserves its window + 2 receive buffers: 14 hold two endpoints of 4 + 2.
+    ucs::config::Overrides small = {{"IB_RX_QUEUE_LEN", "14"}, {"IB_FC_WINDOW", "4"}};
+    Side a(GetParam(), small), b(GetParam(), small);
+    EpParams params;
+    if (!a.connect_to_ep()) {
+        params.dev_addr = b.dev_addr().data();
+        params.dev_addr_len = b.dev_addr().size();
+        params.iface_addr = b.iface_addr().data();
+        params.iface_addr_len = b.iface_addr().size();
+    }
+    auto first = a.iface().ep_create(params);
+    auto second = a.iface().ep_create(params);
+    ASSERT_TRUE(first.ok() && second.ok()) << to_string(first.status()) << " " << to_string(second.status());
+    loom::test::LogCapture capture("error");
+    auto third = a.iface().ep_create(params);
+    EXPECT_EQ(Status::no_resource, third.status());
+    EXPECT_EQ(1, capture.count("LOOM_IB_RX_QUEUE_LEN=14")) << capture.text();
+    // Destroying one gives its buffers back.
+    a.iface().ep_destroy(*first);
+    auto again = a.iface().ep_create(params);
+    EXPECT_TRUE(again.ok()) << to_string(again.status());
+    a.iface().ep_destroy(*second);
+    if (again.ok()) a.iface().ep_destroy(*again);
+    for (int i = 0; i < 100; ++i) {
+        a.worker().progress();
+        b.worker().progress();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rc, IbResourceTest, testing::ValuesIn(rc_resources()), resource_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbResourceTest);
+
+// ---------------------------------------------------------------------------------------------
+// Two devices: traffic across the wire, flow control, pending, flush, failures.
+// ---------------------------------------------------------------------------------------------
+
+class IbPairTest : public testing::TestWithParam<Pair> {
+protected:
+    void open(const ucs::config::Overrides& overrides = {}) {
+        sender_ = std::make_unique<Side>(GetParam().a, overrides);
+        receiver_ = std::make_unique<Side>(GetParam().b, overrides);
+        ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &received_, 0));
+        ASSERT_EQ(Status::ok, sender_->iface().set_am_handler(kAmId, Received::handler, &back_received_, 0));
+    }
+
+    void TearDown() override {
+        sender_.reset();
+        receiver_.reset();
+    }
+
+    unsigned progress() {
+        unsigned n = sender_ ? sender_->worker().progress() : 0;
+        return n + (receiver_ ? receiver_->worker().progress() : 0);
+    }
+
+    template <typename Pred>
+    bool wait_for(Pred done, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+        auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            progress();
+        }
+        return true;
+    }
+
+    /** Retries @p op while it says no_resource; returns its final status (a bcopy length counts as ok). */
+    template <typename Op>
+    Status retry(Op op) {
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        for (;;) {
+            auto result = op();
+            if constexpr (std::is_same_v<decltype(result), Status>) {
+                if (result != Status::no_resource || std::chrono::steady_clock::now() > deadline) {
+                    return result;
+                }
+            } else {
+                if (result != static_cast<ssize_t>(Status::no_resource) ||
+                    std::chrono::steady_clock::now() > deadline) {
+                    return result >= 0 ? Status::ok : static_cast<Status>(result);
+                }
+            }
+            progress();
+        }
+    }
+
+    /** Finishes an operation that returned @p status on @p comp. */
+    void finish(Status status, CountingCompletion& comp) {
+        ASSERT_TRUE(status == Status::ok || status == Status::in_progress) << to_string(status);
+        if (status == Status::in_progress) {
+            ASSERT_TRUE(wait_for([&] { return comp.fired == 1; })) << "completion never fired";
+            EXPECT_EQ(Status::ok, comp.status);
+        }
+    }
+
+    void flush(Ep* ep) {
+        CountingCompletion comp;
+        Status status;
+        while ((status = ep_flush(ep, kFlushLocal, &comp)) == Status::no_resource) progress();
+        finish(status, comp);
+    }
+
+    /** Sends until the endpoint reports no_resource; returns how many went out. */
+    int fill_credits(Ep* ep, int limit) {
+        int sent = 0;
+        for (; sent < limit; ++sent) {
+            Status s = ep_am_short(ep, kAmId, static_cast<std::uint64_t>(sent), nullptr, 0);
+            if (s == Status::no_resource) break;
+            EXPECT_EQ(Status::ok, s);
+        }
+        return sent;
+    }
+
+    /** Progresses only the receiver until nothing has arrived for a while. */
+    void drain_receiver() {
+        std::size_t last = received_.messages.size();
+        for (int quiet = 0; quiet < 20000;) {
+            receiver_->worker().progress();
+            quiet = received_.messages.size() == last ? quiet + 1 : 0;
+            last = received_.messages.size();
+        }
+    }
+
+    /** Connects the sender to the receiver and waits until an active message gets through. */
+    Ep* connect(const EpParams& params = {}, Ep** back = nullptr, const EpParams& back_params = {}) {
+        Ep* ep = sender_->connect(*receiver_, params, back, back_params);
+        std::size_t before = received_.messages.size();
+        EXPECT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 0xc0ffee, nullptr, 0); }));
+        EXPECT_TRUE(wait_for([&] { return received_.messages.size() == before + 1; }))
+            << "connection never worked";
+        received_.messages.clear();
+        return ep;
+    }
+
+    std::unique_ptr<Side> sender_, receiver_;
+    Received received_, back_received_;
+};
+
+TEST_P(IbPairTest, ActiveMessagesBothWays) {
+    open();
+    Ep* back = nullptr;
+    Ep* ep = connect({}, &back);
+    // Every flavour, sizes across the inline limit and the MTU.
+    std::vector<std::size_t> sizes = {0, 1, 60, sender_->attr().am.max_short, 1000, 4000, 8192};
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        auto payload = pattern(sizes[i], static_cast<unsigned>(i));
+        if (sizes[i] <= sender_->attr().am.max_short) {
+            ASSERT_EQ(Status::ok, retry([&] {
+                          return ep_am_short(ep, kAmId, i, payload.data(),
+                                             static_cast<unsigned>(payload.size()));
+                      }));
+        } else {
+            ASSERT_EQ(Status::ok, retry([&] { return ep_am_bcopy(ep, kAmId, pack_vector, &payload, 0); }));
+        }
+    }
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == sizes.size(); }));
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        auto expected = pattern(sizes[i], static_cast<unsigned>(i));
+        const auto& got = received_.messages[i];
+        if (sizes[i] <= sender_->attr().am.max_short) {
+            ASSERT_EQ(8 + sizes[i], got.size());
+            EXPECT_TRUE(std::equal(expected.begin(), expected.end(), got.begin() + 8)) << "message " << i;
+        } else {
+            EXPECT_EQ(expected, got) << "message " << i;
+        }
+    }
+    // zcopy with several iovs from registered memory.
+    LocalBuffer src(*sender_, 6000, kAccessLocalRead);
+    auto zdata = pattern(6000, 77);
+    std::copy(zdata.begin(), zdata.end(), src.data.begin());  // the registered storage, not a new vector
+    std::size_t iovcnt = std::min<std::size_t>(sender_->attr().am.max_iov, 3);
+    std::vector<Iov> iov;
+    std::size_t piece = 6000 / iovcnt;
+    for (std::size_t i = 0; i < iovcnt; ++i) {
+        iov.push_back({src.data.data() + i * piece, i + 1 == iovcnt ? 6000 - i * piece : piece, src.memh});
+    }
+    std::uint64_t header = 0x123456789abcdef0ull;
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_am_zcopy(ep, kAmId, &header, 8, iov.data(), iov.size(), 0, &comp)) ==
+           Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == sizes.size() + 1; }));
+    const auto& z = received_.messages.back();
+    ASSERT_EQ(8 + 6000u, z.size());
+    EXPECT_EQ(0, std::memcmp(z.data(), &header, 8));
+    EXPECT_EQ(0, std::memcmp(z.data() + 8, src.data.data(), 6000));
+    // The other way: on ep-to-ep transports the receiver has its own endpoint; on rdma_cm it
+    // connects to the sender's iface.
+    if (back == nullptr) back = receiver_->connect(*sender_);
+    auto reply = pattern(3000, 5);
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_bcopy(back, kAmId, pack_vector, &reply, 0); }));
+    ASSERT_TRUE(wait_for([&] { return back_received_.messages.size() == 1; }));
+    EXPECT_EQ(reply, back_received_.messages[0]);
+}
+
+TEST_P(IbPairTest, BothSidesFlushAtOnceAfterTheQueueWrapped) {
+    // Both peers flush after a ping-pong, as a benchmark's end does. The short send queue
+    // has wrapped many times with inline sends, so a flush request (a zero-length read on
+    // iWARP) must not rely on anything a previous request left in its queue slot.
+    open({{"IB_TX_QUEUE_LEN", "16"}, {"IB_TX_SIGNAL_INTERVAL", "8"}});
+    Ep* back = nullptr;
+    Ep* ep = connect({}, &back);
+    if (back == nullptr) back = receiver_->connect(*sender_);
+    constexpr std::uint64_t kRounds = 60;
+    for (std::uint64_t i = 0; i < kRounds; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, i, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return received_.messages.size() == i + 1; }));
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(back, kAmId, i, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return back_received_.messages.size() == i + 1; }));
+    }
+    CountingCompletion a, b;
+    Status sa = ep_flush(ep, kFlushLocal, &a);
+    Status sb = ep_flush(back, kFlushLocal, &b);
+    ASSERT_TRUE(sa == Status::ok || sa == Status::in_progress) << to_string(sa);
+    ASSERT_TRUE(sb == Status::ok || sb == Status::in_progress) << to_string(sb);
+    ASSERT_TRUE(
+        wait_for([&] { return (sa == Status::ok || a.fired == 1) && (sb == Status::ok || b.fired == 1); }));
+    EXPECT_EQ(Status::ok, a.status);
+    EXPECT_EQ(Status::ok, b.status);
+    // Empty reads name a valid sink too.
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    CountingCompletion empty_get;
+    Status status;
+    while ((status = ep_get_bcopy(
+                ep, [](void*, const void*, std::size_t) {}, nullptr, 0, remote.addr(0), remote.rkey.rkey,
+                &empty_get)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, empty_get);
+    for (int i = 0; i < 500; ++i) progress();
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 99, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == kRounds + 1; }));
+}
+
+TEST_P(IbPairTest, FlowControlNeverOverrunsTheReceiver) {
+    // A small window so the test exercises many credit round trips.
+    open({{"IB_FC_WINDOW", "8"}});
+    Ep* ep = connect();
+    std::string port = GetParam().b.tl.dev_name.substr(GetParam().b.tl.dev_name.rfind(':') + 1);
+    auto counter = [&](const Resource& r, const char* name) {
+        std::string value =
+            read_line("/sys/class/infiniband/" + r.md_name + "/ports/" + port + "/hw_counters/" + name);
+        return value.empty() ? -1L : std::stol(value);
+    };
+    long rnr_before = counter(GetParam().a, "rcvd_rnr_err") + counter(GetParam().b, "send_rnr_err");
+    // The receiver does not progress: after one window the sender must stop by itself.
+    int sent = fill_credits(ep, 1000);
+    EXPECT_EQ(7, sent) << "credits = the receiver's window, less the message connect() sent";
+    for (int i = 0; i < 1000; ++i) sender_->worker().progress();
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 0, nullptr, 0))
+        << "no credits came back by themselves";
+    // Now a long stream in both directions' worth of credit returns.
+    constexpr std::uint64_t kCount = 600;
+    for (std::uint64_t seq = static_cast<std::uint64_t>(sent); seq < kCount; ++seq) {
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, seq, nullptr, 0); }));
+    }
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == kCount; }));
+    for (std::uint64_t seq = 0; seq < kCount; ++seq) {
+        std::uint64_t got;
+        std::memcpy(&got, received_.messages[seq].data(), 8);
+        ASSERT_EQ(seq, got) << "order";
+    }
+    long rnr_after = counter(GetParam().a, "rcvd_rnr_err") + counter(GetParam().b, "send_rnr_err");
+    if (rnr_before >= 0 && rnr_after >= 0) {
+        EXPECT_EQ(rnr_before, rnr_after) << "receiver-not-ready NAKs were exchanged";
+    }
+}
+
+TEST_P(IbPairTest, PerQpReceiveQueuesWork) {
+    open({{"IB_SRQ", "no"}, {"IB_FC_WINDOW", "4"}});
+    Ep* back = nullptr;
+    Ep* ep = connect({}, &back);
+    EXPECT_EQ(3, fill_credits(ep, 100)) << "the window less the message connect() sent";
+    constexpr std::uint64_t kCount = 200;
+    for (std::uint64_t seq = 3; seq < kCount; ++seq) {
+        auto data = pattern(seq * 37 % 8000, static_cast<unsigned>(seq));
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_bcopy(ep, kAmId, pack_vector, &data, 0); }));
+    }
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == kCount; }));
+    for (std::uint64_t seq = 3; seq < kCount; ++seq) {
+        EXPECT_EQ(pattern(seq * 37 % 8000, static_cast<unsigned>(seq)), received_.messages[seq]);
+    }
+    if (back != nullptr) {
+        std::uint64_t v = 5;
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(back, kAmId, v, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return back_received_.messages.size() == 1; }));
+    }
+}
+
+TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
+    open();
+    Ep* ep = connect();
+    constexpr std::size_t kSize = 2 * 1024 * 1024;
+    RemoteBuffer remote(*receiver_, *sender_, kSize);
+    LocalBuffer src(*sender_, kSize, kAccessLocalRead);
+    auto bytes = pattern(kSize, 3);
+    std::copy(bytes.begin(), bytes.end(), src.data.begin());
+    // put zcopy in pieces of at most max_zcopy, then read it back with get zcopy.
+    std::size_t step = std::min<std::size_t>(sender_->attr().put.max_zcopy, 512 * 1024);
+    for (std::size_t off = 0; off < kSize; off += step) {
+        Iov iov{src.data.data() + off, std::min(step, kSize - off), src.memh};
+        CountingCompletion comp;
+        Status status;
+        while ((status = ep_put_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) ==
+               Status::no_resource) {
+            progress();
+        }
+        finish(status, comp);
+    }
+    flush(ep);
+    EXPECT_TRUE(remote.data == src.data) << "put zcopy data differs";
+    LocalBuffer dst(*sender_, kSize, kAccessLocalWrite);
+    for (std::size_t off = 0; off < kSize; off += step) {
+        Iov iov{dst.data.data() + off, std::min(step, kSize - off), dst.memh};
+        CountingCompletion comp;
+        Status status;
+        while ((status = ep_get_zcopy(ep, &iov, 1, remote.addr(off), remote.rkey.rkey, &comp)) ==
+               Status::no_resource) {
+            progress();
+        }
+        finish(status, comp);
+    }
+    EXPECT_TRUE(dst.data == src.data) << "get zcopy data differs";
+    // bcopy flavours and inline puts at odd offsets.
+    auto small = pattern(std::min<std::size_t>(100, sender_->attr().put.max_short), 9);
+    ASSERT_EQ(Status::ok, retry([&] {
+                  return ep_put_short(ep, small.data(), static_cast<unsigned>(small.size()), remote.addr(3),
+                                      remote.rkey.rkey);
+              }));
+    auto mid = pattern(7000, 10);
+    ASSERT_EQ(Status::ok, retry([&] {
+                  return ep_put_bcopy(ep, pack_vector, &mid, remote.addr(5000), remote.rkey.rkey);
+              }));
+    flush(ep);
+    EXPECT_EQ(0, std::memcmp(remote.data.data() + 3, small.data(), small.size()));
+    EXPECT_EQ(0, std::memcmp(remote.data.data() + 5000, mid.data(), mid.size()));
+    std::vector<std::uint8_t> got;
+    CountingCompletion comp;
+    auto unpack = [](void* arg, const void* data, std::size_t length) {
+        auto* out = static_cast<std::vector<std::uint8_t>*>(arg);
+        out->insert(out->end(), static_cast<const std::uint8_t*>(data),
+                    static_cast<const std::uint8_t*>(data) + length);
+    };
+    Status status;
+    while ((status = ep_get_bcopy(ep, unpack, &got, mid.size(), remote.addr(5000), remote.rkey.rkey,
+                                  &comp)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    EXPECT_EQ(mid, got);
+}
+
+TEST_P(IbPairTest, AtomicsAcrossTheWire) {
+    open();
+    if (!(sender_->attr().cap_flags & kCapAtomic64)) GTEST_SKIP() << "no atomics on this device (iWARP)";
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    auto* word = reinterpret_cast<std::uint64_t*>(remote.data.data() + 8);
+    *word = 1000;
+    // Many posted adds, then a fetch: the fence makes the fetch see all of them.
+    for (int i = 0; i < 50; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_atomic64_post(ep, AtomicOp::add, 2, remote.addr(8), remote.rkey.rkey);
+                  }));
+    }
+    ASSERT_EQ(Status::ok, ep_fence(ep, 0));
+    std::uint64_t result = 0;
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 0, &result, remote.addr(8), remote.rkey.rkey,
+                                       &comp)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    EXPECT_EQ(1100u, result);
+    CountingCompletion swap;
+    while ((status = ep_atomic64_cswap(ep, 1100, 7, remote.addr(8), remote.rkey.rkey, &result, &swap)) ==
+           Status::no_resource) {
+        progress();
+    }
+    finish(status, swap);
+    EXPECT_EQ(1100u, result);
+    EXPECT_EQ(7u, *word);
+}
+
+TEST_P(IbPairTest, PendingRequestsAreServedRoundRobin) {
+    open({{"IB_FC_WINDOW", "4"}});
+    // Two endpoints to the same receiver, both out of credits.
+    Ep* eps[2] = {connect(), connect()};
+    for (Ep* ep : eps) ASSERT_EQ(3, fill_credits(ep, 100)) << "the window less the message connect() sent";
+    struct Req : PendingReq {
+        Ep* ep;
+        int index;
+        std::vector<int>* order;
+    };
+    std::vector<int> order;
+    std::vector<Req> reqs(6);
+    for (int i = 0; i < 6; ++i) {
+        Req& r = reqs[static_cast<std::size_t>(i)];
+        r.ep = eps[i % 2];
+        r.index = i % 2;
+        r.order = &order;
+        r.func = [](PendingReq* self) {
+            auto* req = static_cast<Req*>(self);
+            Status s = ep_am_short(req->ep, kAmId, 7, nullptr, 0);
+            if (s == Status::ok) req->order->push_back(req->index);
+            return s;
+        };
+        ASSERT_EQ(Status::ok, ep_pending_add(r.ep, &r, 0)) << "no credits: the request must be queued";
+    }
+    // The receiver consumes everything and returns credits to both; then the sender sees both at once.
+    drain_receiver();
+    ASSERT_TRUE(wait_for([&] { return order.size() == 6; }));
+    for (std::size_t i = 1; i < order.size(); ++i) {
+        EXPECT_NE(order[i - 1], order[i]) << "dispatch " << i << " served the same endpoint twice in a row";
+    }
+    // Resources available now: pending_add declines.
+    PendingReq idle{[](PendingReq*) { return Status::ok; }, {}};
+    EXPECT_EQ(Status::busy, ep_pending_add(eps[0], &idle, 0));
+}
+
+TEST_P(IbPairTest, FlushCoversEveryEndpointAndCancelCompletesWithCanceled) {
+    open();
+    Ep* a = connect();
+    Ep* b = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64 * 1024);
+    LocalBuffer src(*sender_, 64 * 1024, kAccessLocalRead, 0x5a);
+    // Unsignaled puts on both, then one iface flush.
+    auto data = pattern(200, 1);
+    for (int i = 0; i < 10; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_put_short(a, data.data(), 64, remote.addr(static_cast<std::size_t>(i) * 64),
+                                          remote.rkey.rkey);
+                  }));
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_put_short(b, data.data() + 64, 64,
+                                          remote.addr(4096 + static_cast<std::size_t>(i) * 64),
+                                          remote.rkey.rkey);
+                  }));
+    }
+    CountingCompletion comp;
+    Status status;
+    while ((status = iface_flush(&sender_->iface(), kFlushLocal, &comp)) == Status::no_resource) progress();
+    finish(status, comp);
+    for (int i = 0; i < 10; ++i) {
+        EXPECT_EQ(0, std::memcmp(remote.data.data() + i * 64, data.data(), 64));
+        EXPECT_EQ(0, std::memcmp(remote.data.data() + 4096 + i * 64, data.data() + 64, 64));
+    }
+    EXPECT_EQ(Status::ok, iface_flush(&sender_->iface(), kFlushLocal, nullptr)) << "idle: done at once";
+    // Cancel: outstanding operations complete with canceled; the endpoint answers canceled after.
+    CountingCompletion put;
+    Iov iov{src.data.data(), src.data.size(), src.memh};
+    ASSERT_EQ(Status::in_progress,
+              retry([&] { return ep_put_zcopy(a, &iov, 1, remote.addr(0), remote.rkey.rkey, &put); }));
+    CountingCompletion cancel;
+    status = ep_flush(a, kFlushCancel, &cancel);
+    ASSERT_TRUE(status == Status::in_progress || status == Status::ok) << to_string(status);
+    ASSERT_TRUE(wait_for([&] { return put.fired == 1 && (status == Status::ok || cancel.fired == 1); }));
+    EXPECT_TRUE(put.status == Status::canceled || put.status == Status::ok) << to_string(put.status);
+    EXPECT_EQ(Status::canceled, ep_am_short(a, kAmId, 0, nullptr, 0));
+    // The other endpoint is unaffected.
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(b, kAmId, 99, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return !received_.messages.empty(); }));
+}
+
+TEST_P(IbPairTest, BadRemoteKeyFailsTheEndpoint) {
+    open();
+    ErrorLog errors;
+    Ep* ep = connect(errors.params());
+    RemoteBuffer remote(*receiver_, *sender_, 4096);
+    LocalBuffer dst(*sender_, 4096, kAccessLocalWrite);
+    loom::test::LogCapture capture("warn");
+    // A read with a key the peer never gave out, and more work queued behind it.
+    CountingCompletion bad, after;
+    Iov iov{dst.data.data(), 1024, dst.memh};
+    ASSERT_EQ(Status::in_progress,
+              ep_get_zcopy(ep, &iov, 1, remote.addr(0), remote.rkey.rkey ^ 0x5a5a00, &bad));
+    Iov iov2{dst.data.data() + 2048, 1024, dst.memh};
+    Status second = ep_get_zcopy(ep, &iov2, 1, remote.addr(0), remote.rkey.rkey, &after);
+    ASSERT_TRUE(wait_for([&] { return errors.calls == 1 && bad.fired == 1; })) << "the endpoint never failed";
+    if (second == Status::in_progress) {
+        ASSERT_TRUE(wait_for([&] { return after.fired == 1; }))
+            << "an operation behind the error never completed";
+        EXPECT_NE(Status::ok, after.status);
+    }
+    EXPECT_EQ(ep, errors.ep);
+    EXPECT_TRUE(is_error(bad.status));
+    if (!is_iwarp(GetParam().a)) {
+        EXPECT_EQ(Status::access_denied, errors.status) << to_string(errors.status);
+        EXPECT_EQ(Status::access_denied, bad.status);
+    } else {
+        // iWARP ends the connection (TERMINATE) on a remote access error.
+        EXPECT_TRUE(errors.status == Status::access_denied || errors.status == Status::connection_reset)
+            << to_string(errors.status);
+    }
+    for (int i = 0; i < 200; ++i) progress();
+    EXPECT_EQ(1, errors.calls) << "the error is reported once";
+    EXPECT_EQ(1, capture.count("failed")) << capture.text();
+    // The endpoint answers with its error now; flush too.
+    EXPECT_EQ(errors.status, ep_am_short(ep, kAmId, 0, nullptr, 0));
+    EXPECT_EQ(errors.status, ep_flush(ep, kFlushLocal, nullptr));
+    PendingReq req{[](PendingReq*) { return Status::ok; }, {}};
+    EXPECT_EQ(Status::busy, ep_pending_add(ep, &req, 0)) << "a failed endpoint answers at once";
+    // The iface is fine: a new connection works.
+    Ep* fresh = connect();
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(fresh, kAmId, 1, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 1; }));
+}
+
+TEST_P(IbPairTest, DeadPeerFailsTheEndpoint) {
+    // Short transport timeouts: a RoCE peer that vanished is noticed by retries running out.
+    open({{"IB_TIMEOUT", "10ms"}, {"IB_RETRY_COUNT", "2"}});
+    ErrorLog errors;
+    Ep* back = nullptr;
+    Ep* ep = connect(errors.params(), &back);
+    loom::test::LogCapture capture(std::getenv("DBG") ? "debug" : "warn");
+    if (back != nullptr) {
+        receiver_->iface().ep_destroy(back);  // the peer's QP goes away
+        receiver_->forget(back);
+        for (int i = 0; i < 10; ++i) receiver_->worker().progress();
+    } else {
+        receiver_.reset();  // rdma_cm: the peer iface closes its accepted connection
+    }
+    // Operations in flight when the failure is found complete with an error.
+    std::vector<CountingCompletion> comps(4);
+    LocalBuffer src(*sender_, 4096, kAccessLocalRead);
+    int posted = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) {
+        if (posted < 4) {
+            Iov iov{src.data.data(), 512, src.memh};
+            Status s =
+                ep_am_zcopy(ep, kAmId, nullptr, 0, &iov, 1, 0, &comps[static_cast<std::size_t>(posted)]);
+            if (s == Status::in_progress) ++posted;
+        }
+        sender_->worker().progress();
+        if (receiver_) receiver_->worker().progress();
+    }
+    ASSERT_EQ(1, errors.calls) << "the endpoint never failed";
+    EXPECT_TRUE(is_peer_error(errors.status)) << to_string(errors.status);
+    ASSERT_TRUE(wait_for([&] {
+        return std::all_of(comps.begin(), comps.begin() + posted,
+                           [](const CountingCompletion& c) { return c.fired == 1; });
+    })) << "outstanding operations did not complete; log:\n"
+        << capture.text();
+    for (int i = 0; i < posted; ++i) EXPECT_NE(Status::ok, comps[static_cast<std::size_t>(i)].status) << i;
+    EXPECT_EQ(1, capture.count("failed")) << capture.text();
+    EXPECT_EQ(errors.status, ep_am_short(ep, kAmId, 0, nullptr, 0));
+}
+
+TEST_P(IbPairTest, EndpointDestroyedWithWorkInFlight) {
+    open();
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 256 * 1024);
+    LocalBuffer src(*sender_, 256 * 1024, kAccessLocalRead);
+    for (int i = 0; i < 8; ++i) {
+        Iov iov{src.data.data(), src.data.size(), src.memh};
+        (void)ep_put_zcopy(ep, &iov, 1, remote.addr(0), remote.rkey.rkey, nullptr);
+        auto data = pattern(3000, static_cast<unsigned>(i));
+        (void)ep_am_bcopy(ep, kAmId, pack_vector, &data, 0);
+    }
+    sender_->iface().ep_destroy(ep);
+    sender_->forget(ep);
+    for (int i = 0; i < 2000; ++i) progress();
+    // The iface goes on: a new endpoint works.
+    Ep* fresh = connect();
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(fresh, kAmId, 1, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return !received_.messages.empty(); }));
+}
+
+TEST_P(IbPairTest, RdmaCmOnRoce) {
+    if (is_iwarp(GetParam().a)) GTEST_SKIP() << "iWARP always uses rdma_cm (the other tests)";
+    open({{"IB_CM", "rdmacm"}});
+    EXPECT_TRUE(sender_->attr().cap_flags & kCapConnectToIface);
+    Ep* ep = connect();
+    auto data = pattern(5000, 4);
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_bcopy(ep, kAmId, pack_vector, &data, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 1; }));
+    EXPECT_EQ(data, received_.messages[0]);
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    std::uint64_t result = 0;
+    CountingCompletion comp;
+    Status status;
+    while ((status = ep_atomic64_fetch(ep, AtomicOp::add, 5, &result, remote.addr(0), remote.rkey.rkey,
+                                       &comp)) == Status::no_resource) {
+        progress();
+    }
+    finish(status, comp);
+    EXPECT_EQ(0u, result);
+    EXPECT_EQ(5u, *reinterpret_cast<std::uint64_t*>(remote.data.data()));
+    // A verbs iface and an rdma_cm iface cannot talk.
+    Side verbs(GetParam().b);
+    std::string reason;
+    EXPECT_FALSE(sender_->iface().is_reachable(verbs.dev_addr().data(), verbs.dev_addr().size(),
+                                               verbs.iface_addr().data(), verbs.iface_addr().size(),
+                                               &reason));
+    EXPECT_NE(std::string::npos, reason.find("rdma_cm")) << reason;
+}
+
+TEST_P(IbPairTest, CreditsOwedBeforeTheAcceptorSawTheConnectionAreReturned) {
+    // rdma_cm: the accepting side may receive messages before it has processed its own
+    // ESTABLISHED event. Credits it owes by then must still be returned once it has,
+    // or a sender that used its whole window waits forever.
+    open({{"IB_CM", "rdmacm"}, {"IB_FC_WINDOW", "4"}});
+    loom::test::LogCapture capture("debug");
+    EpParams params;
+    params.dev_addr = receiver_->dev_addr().data();
+    params.dev_addr_len = receiver_->dev_addr().size();
+    params.iface_addr = receiver_->iface_addr().data();
+    params.iface_addr_len = receiver_->iface_addr().size();
+    auto created = sender_->iface().ep_create(params);
+    ASSERT_TRUE(created.ok());
+    Ep* ep = *created;
+    // The receiver accepts, and then stops progressing.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (capture.count("accepted a connection") == 0 && std::chrono::steady_clock::now() < deadline) {
+        sender_->worker().progress();
+        receiver_->worker().progress();
+    }
+    ASSERT_EQ(1, capture.count("accepted a connection"));
+    // The sender connects and uses its whole window while the receiver does not look.
+    int sent = 0;
+    while (sent < 4 && std::chrono::steady_clock::now() < deadline) {
+        Status s = ep_am_short(ep, kAmId, static_cast<std::uint64_t>(sent), nullptr, 0);
+        if (s == Status::ok) {
+            ++sent;
+        } else {
+            ASSERT_EQ(Status::no_resource, s);
+            sender_->worker().progress();
+        }
+    }
+    ASSERT_EQ(4, sent);
+    EXPECT_EQ(Status::no_resource, ep_am_short(ep, kAmId, 4, nullptr, 0));
+    // Give the messages time to land, so that the receiver's next progress call finds them
+    // before it reads its ESTABLISHED event (messages are polled first).
+    for (int i = 0; i < 20000; ++i) sender_->worker().progress();
+    // Everything arrives, and the window opens again.
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 4; }));
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 4, nullptr, 0); }))
+        << "the receiver never returned the credits it owed";
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 5; }));
+    sender_->iface().ep_destroy(ep);
+}
+
+TEST_P(IbPairTest, ConnectionToAClosedIfaceFails) {
+    if (!is_iwarp(GetParam().a)) GTEST_SKIP() << "connect-to-ep has no connection set-up to refuse";
+    open();
+    std::vector<std::uint8_t> dev = receiver_->dev_addr(), iface = receiver_->iface_addr();
+    receiver_.reset();  // nobody listens on that port any more
+    ErrorLog errors;
+    EpParams params = errors.params();
+    params.dev_addr = dev.data();
+    params.dev_addr_len = dev.size();
+    params.iface_addr = iface.data();
+    params.iface_addr_len = iface.size();
+    loom::test::LogCapture capture("warn");
+    auto ep = sender_->iface().ep_create(params);
+    ASSERT_TRUE(ep.ok());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) sender_->worker().progress();
+    EXPECT_EQ(1, errors.calls);
+    EXPECT_TRUE(is_peer_error(errors.status)) << to_string(errors.status);
+    sender_->iface().ep_destroy(*ep);
+}
+
+std::string pair_name(const testing::TestParamInfo<Pair>& info) { return info.param.name(); }
+
+INSTANTIATE_TEST_SUITE_P(Rc, IbPairTest, testing::ValuesIn(device_pairs()), pair_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbPairTest);
+
+}  // namespace
+}  // namespace loom::uct::test

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+#
+# Runs Loom's verbs test suite (the rc transport on Soft-RoCE and soft-iWARP devices)
+# and leaves its result where test/summarize.py counts it:
+#
+#   test/rdma/run_rdma_tests.sh [BUILD_DIR]        (default: <source>/build)
+#
+# Where it runs, in this order:
+#   1. on this machine, when it has RDMA devices of its own (ibv_devices lists any);
+#   2. in the rdma-vm (a qemu VM with rxe0/rxe1 and siw0/siw1) when one is found beside
+#      the checkout: <source>/../shared/rdma-vm, or $LOOM_RDMA_VM; its one-time setup is
+#      run first when its image is missing;
+#   3. nowhere: it says so loudly ("RDMA: NOT TESTED: ...") and records a skipped case.
+#
+# Output: BUILD_DIR/test/rdma/gtest-uct-rdma.log (loom_info -d of the devices, then the
+# gtest output) and its .trs (":test-result: PASS|FAIL|SKIP"). quickstart.sh runs it for
+# the regular build and for the AddressSanitizer+UBSan build (build/sanitize): under TCG
+# each run takes well under a minute (boot ~6 s, the suite ~10 s), and the sanitizers are
+# the only check of the transport's memory handling against real devices.
+# Exit status: 0 when the suite passed or could not run here, 1 when it failed.
+#
+set -uo pipefail
+
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$(cd "${1:-$top/build}" 2>/dev/null && pwd) || {
+    echo "run_rdma_tests.sh: no build directory ${1:-$top/build}" >&2
+    exit 1
+}
+outdir="$build/test/rdma"
+log="$outdir/gtest-uct-rdma.log"
+trs="$outdir/gtest-uct-rdma.trs"
+vm_dir=${LOOM_RDMA_VM:-$(cd "$top/.." && pwd)/shared/rdma-vm}
+vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1200}   # seconds for the whole suite inside the VM (TCG is slow)
+gtest="$build/test/gtest/gtest-uct"
+module_dir="$build/src/uct/ib/.libs"
+info="$build/tools/info/loom_info"
+# The generic uct suites over every rc resource, the verbs-specific suites, the device facts.
+filter='Transports/*:Rc/*:Devices/*'
+
+mkdir -p "$outdir"
+rm -f "$log" "$trs"
+
+say() { printf '\n==> %s\n' "$*"; }
+
+# write_trs RESULT: the automake harness's .trs format.
+write_trs() {
+    printf ':test-result: %s\n:global-test-result: %s\n:recheck: %s\n:copy-in-global-log: no\n' \
+        "$1" "$1" "$([ "$1" = PASS ] && echo no || echo yes)" > "$trs"
+}
+
+# not_tested REASON: loud message, a skipped case with the reason, exit 0.
+not_tested() {
+    local banner="RDMA: NOT TESTED: $1"
+    printf '\n%s\n%s\n%s\n' "********************************************************************************" \
+        "$banner" "********************************************************************************"
+    printf '%s\nok 1 - rdma verbs suite # SKIP %s\n' "$banner" "$1" > "$log"
+    write_trs SKIP
+    exit 0
+}
+
+# failed REASON: the suite could not run although it should have; counted as a failure.
+failed() {
+    echo "RDMA: FAILED: $1" | tee -a "$log"
+    echo "not ok 1 - rdma verbs suite: $1" >> "$log"
+    write_trs FAIL
+    exit 1
+}
+
+if [ ! -f "$module_dir/libloom_uct_ib.so" ]; then
+    not_tested "the ib module was not built (rdma-core headers missing at configure time? see $build/configure.out)"
+fi
+[ -x "$gtest" ] || failed "$gtest is missing (run make check first)"
+
+suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
+           bash -c '"$1" -d 2>&1; shift; exec "$@"' _ "$info"
+           "$gtest" --gtest_filter="$filter")
+
+case $build in
+    */sanitize) label="the AddressSanitizer+UBSan build" ;;
+    *) label="the regular build (quickstart runs the sanitizer build's too)" ;;
+esac
+
+has_local_devices() {
+    command -v ibv_devices >/dev/null && [ "$(ibv_devices 2>/dev/null | awk 'NR > 2 && NF' | wc -l)" -gt 0 ]
+}
+
+if has_local_devices; then
+    say "verbs suite of $label on this machine's RDMA devices ($(ibv_devices | awk 'NR > 2 {printf "%s ", $1}'))"
+    "${suite_cmd[@]}" > "$log" 2>&1
+    rc=$?
+elif [ -x "$vm_dir/run" ]; then
+    cache=${RDMA_VM_CACHE:-/var/tmp/rdma-vm}
+    if [ ! -e "$cache/current/initrd" ]; then
+        say "setting up the rdma-vm once ($vm_dir/setup)"
+        sudo=()
+        [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
+        "${sudo[@]}" "$vm_dir/setup" > "$outdir/rdma-vm-setup.log" 2>&1 ||
+            failed "rdma-vm setup failed (see $outdir/rdma-vm-setup.log)"
+    fi
+    say "verbs suite of $label in the rdma-vm ($vm_dir: rxe0/rxe1 RoCE v2, siw0/siw1 iWARP)"
+    # The VM starts in the current directory, which it shares writable: the build tree.
+    (cd "$build" && "$vm_dir/run" -t "$vm_timeout" -- "${suite_cmd[@]}") > "$log" 2>&1
+    rc=$?
+    case $rc in
+        124) echo "RDMA: the suite exceeded ${vm_timeout}s in the VM" >> "$log" ;;
+        125) failed "the rdma-vm failed to boot or crashed (console tail in $log)" ;;
+    esac
+else
+    not_tested "no RDMA device here and no rdma-vm at $vm_dir (set LOOM_RDMA_VM to its directory)"
+fi
+
+passed=$(grep -c '^\[       OK \]' "$log")
+failures=$(grep -c '^\[  FAILED  \].*ms)$' "$log")
+echo "RDMA: verbs suite: $passed passed, $failures failed (exit $rc; log $log)"
+if [ "$rc" -eq 0 ] && [ "$passed" -gt 0 ]; then
+    write_trs PASS
+    exit 0
+fi
+write_trs FAIL
+exit 1
