@@ -109,8 +109,9 @@ else
     not_tested "no RDMA device here and no rdma-vm at $vm_dir (set LOOM_RDMA_VM to its directory)"
 fi
 
-passed=$(grep -c '^\[       OK \]' "$log")
-failures=$(grep -c '^\[  FAILED  \].*ms)$' "$log")
+# The VM's console may end lines with CR LF.
+passed=$(tr -d '\r' < "$log" | grep -c '^\[       OK \]')
+failures=$(tr -d '\r' < "$log" | grep -c '^\[  FAILED  \].*ms)$')
 echo "RDMA: verbs suite: $passed passed, $failures failed (exit $rc; log $log)"
 if [ "$rc" -eq 0 ] && [ "$passed" -gt 0 ]; then
     write_trs PASS

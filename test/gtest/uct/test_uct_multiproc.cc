@@ -404,6 +404,7 @@ protected:
         if (attr_.cap_flags & kCapSelfOnly) {
             GTEST_SKIP() << GetParam().name() << " reaches only its own process";
         }
+        if (std::string gap = two_process_gap(GetParam()); !gap.empty()) GTEST_SKIP() << gap;
     }
 
     IfaceAttr attr_;

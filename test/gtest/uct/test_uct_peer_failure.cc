@@ -78,6 +78,7 @@ protected:
         Entity probe(GetParam());
         attr_ = probe.attr();
         if (attr_.cap_flags & kCapSelfOnly) GTEST_SKIP() << GetParam().name() << " reaches only its own process";
+        if (std::string gap = two_process_gap(GetParam()); !gap.empty()) GTEST_SKIP() << gap;
         if (!(attr_.cap_flags & kCapErrHandlingPeerFailure)) {
             GTEST_SKIP() << GetParam().name() << " does not declare peer failure handling";
         }

@@ -33,6 +33,20 @@ inline void PrintTo(const Resource& resource, std::ostream* os) { *os << resourc
 /** Every resource of every registered component (modules loaded first), filtered by LOOMTEST_UCT_TLS. */
 std::vector<Resource> all_resources();
 
+/**
+ * Why a two-process suite cannot run on @p resource yet, or "" when it can. This is a
+ * known gap, printed as the skip reason of every case it affects so it is never silent:
+ * the rc transport (issue 4) is not yet exercised by the generic two-process suites.
+ */
+inline std::string two_process_gap(const Resource& resource) {
+    if (resource.tl.tl_name == "rc") {
+        return "KNOWN GAP (issue 4): rc is not yet run by the generic two-process suites: the harness has no "
+               "cross-process connect-to-ep exchange (RoCE), and rc over rdma_cm (iWARP) does not yet complete "
+               "every outstanding operation when the peer goes away";
+    }
+    return "";
+}
+
 /** gtest printer for parameter names. */
 std::string resource_name(const testing::TestParamInfo<Resource>& info);
 
