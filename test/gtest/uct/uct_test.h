@@ -47,6 +47,24 @@ inline std::string two_process_gap(const Resource& resource) {
     return "";
 }
 
+/**
+ * Known rc defects that the generic suites found (issue 4), as printed skip reasons so
+ * they are never silent: "" when @p resource has no known gap for @p what.
+ *   what = "fence":       fenced puts on iWARP
+ *   what = "pending_rr":  round-robin dispatch of pending requests across endpoints
+ */
+inline std::string known_rc_gap(const Resource& resource, const std::string& what) {
+    if (resource.tl.tl_name != "rc") return "";
+    if (what == "fence" && resource.tl.dev_name.rfind("siw", 0) == 0) {
+        return "KNOWN GAP (issue 4): on soft-iWARP, 100 puts separated by fences reset the rc connection";
+    }
+    if (what == "pending_rr") {
+        return "KNOWN GAP (issue 4): rc runs the pending requests of one endpoint before the others "
+               "instead of round-robin across endpoints";
+    }
+    return "";
+}
+
 /** gtest printer for parameter names. */
 std::string resource_name(const testing::TestParamInfo<Resource>& info);
 
