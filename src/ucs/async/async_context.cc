@@ -289,11 +289,15 @@ Result<TimerId> AsyncContext::add_timer(std::chrono::nanoseconds delay, std::chr
         LOOM_LOG_WARN("async: cannot add a timer with a negative delay ({} ns)", delay.count());
         return Status::invalid_param;
     }
+    return add_timer_at(TimerClock::now() + delay, period, cb, arg);
+}
+
+Result<TimerId> AsyncContext::add_timer_at(TimerClock::time_point deadline, std::chrono::nanoseconds period,
+                                           TimerCallback cb, void* arg) {
     bool earliest = false;
     Result<TimerId> id = Status::no_element;
     {
         std::lock_guard guard(lock_);
-        auto deadline = TimerClock::now() + delay;
         id = timers_.add(deadline, period, cb, arg);  // validates cb and period, logs
         earliest = id.ok() && timers_.next_deadline() == deadline;
     }

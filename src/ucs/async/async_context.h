@@ -134,6 +134,15 @@ public:
                               TimerCallback cb, void* arg);
 
     /**
+     * As add_timer(), with an absolute first deadline: timers given deadlines computed
+     * from one reading of TimerClock fire in the order of those deadlines however long
+     * the calls take. A deadline in the past fires at the next pass. invalid_param
+     * (logged) for a null @p cb or a negative period.
+     */
+    Result<TimerId> add_timer_at(TimerClock::time_point deadline, std::chrono::nanoseconds period,
+                                 TimerCallback cb, void* arg);
+
+    /**
      * Cancels a timer with the removal guarantee above: a cancelled timer never fires
      * again. Returns no_element (logged at debug level: racing with expiry is normal)
      * when @p id is unknown, cancelled, or a one-shot timer whose callback has started;

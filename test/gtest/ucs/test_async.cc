@@ -204,11 +204,27 @@ TEST(AsyncContext, TimersFireInDeadlineOrder) {
     ASSERT_TRUE(context);
     FireLog log;
     Labelled t30{&log, 30}, t10{&log, 10}, t20{&log, 20};
-    ASSERT_TRUE(context->add_timer(milliseconds(6), {}, log_label, &t30).ok());
-    ASSERT_TRUE(context->add_timer(milliseconds(2), {}, log_label, &t10).ok());
-    ASSERT_TRUE(context->add_timer(milliseconds(4), {}, log_label, &t20).ok());
+    // Deadlines from one clock reading, so a slow machine cannot reorder them.
+    auto base = TimerClock::now();
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(6), {}, log_label, &t30).ok());
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(2), {}, log_label, &t10).ok());
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(4), {}, log_label, &t20).ok());
     progress_until(*context, [&] { return log.size() == 3; });
     EXPECT_EQ((std::vector<int>{10, 20, 30}), log.get());
+}
+
+TEST(AsyncContext, TimersDueTogetherFireInDeadlineOrder) {
+    auto context = make_context();
+    ASSERT_TRUE(context);
+    FireLog log;
+    Labelled t1{&log, 1}, t2{&log, 2}, t3{&log, 3}, late{&log, 4};
+    auto base = TimerClock::now() - milliseconds(10);  // all overdue: one pass fires them
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(3), {}, log_label, &t3).ok());
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(1), {}, log_label, &t1).ok());
+    ASSERT_TRUE(context->add_timer_at(base + milliseconds(2), {}, log_label, &t2).ok());
+    ASSERT_TRUE(context->add_timer_at(base + std::chrono::hours(1), {}, log_label, &late).ok());
+    EXPECT_EQ(3u, context->progress(0).value_or(99));
+    EXPECT_EQ((std::vector<int>{1, 2, 3}), log.get());
 }
 
 TEST(AsyncContext, ProgressSleepsUntilTheNextTimer) {
