@@ -59,8 +59,10 @@ inline std::string known_rc_gap(const Resource& resource, const std::string& wha
         return "KNOWN GAP (issue 4): on soft-iWARP, 100 puts separated by fences reset the rc connection";
     }
     if (what == "pending_rr") {
-        return "KNOWN GAP (issue 4): rc runs the pending requests of one endpoint before the others "
-               "instead of round-robin across endpoints";
+        return "KNOWN GAP (issue 4): rc's arbiter is round-robin, but its active-message credits are per "
+               "endpoint, so the endpoint whose credits return first runs several requests while the others "
+               "wait; this test assumes one shared resource: decide the fairness rule for per-endpoint "
+               "resources";
     }
     return "";
 }
