@@ -187,8 +187,8 @@ Status IbMd::mkey_pack(MemH memh, std::uint8_t* out) const {
     return Status::ok;
 }
 
-ibv_mr* IbMd::reg_internal(void* address, std::size_t length, const char* what) {
-    ibv_mr* mr = ibv_reg_mr(pd_, address, length, ibv_access(kAccessLocalWrite));
+ibv_mr* IbMd::reg_internal(void* address, std::size_t length, const char* what, unsigned access) {
+    ibv_mr* mr = ibv_reg_mr(pd_, address, length, ibv_access(access));
     if (mr == nullptr) {
         LOOM_LOG_ERROR("{}: cannot register {} ({} bytes): {}", name(), what, length, std::strerror(errno));
     }

@@ -65,7 +65,8 @@ public:
     int ibv_access(unsigned access) const noexcept;
 
     /** Registers memory the transport itself owns (buffer pools); nullptr after logging on failure. */
-    ibv_mr* reg_internal(void* address, std::size_t length, const char* what);
+    ibv_mr* reg_internal(void* address, std::size_t length, const char* what,
+                         unsigned access = kAccessLocalWrite);
 
     /** The device's verbs context. */
     ibv_context* context() const noexcept { return ctx_.get(); }

@@ -18,6 +18,18 @@
 
 namespace loom::uct::ib {
 
+RcCmPrivate RcIface::cm_private() const {
+    RcCmPrivate priv{};
+    priv.version = kRcAddrVersion;
+    priv.window = static_cast<std::uint16_t>(fc_window_);
+    priv.seg_size = seg_size;
+    if (flush_word_mr_ != nullptr) {
+        priv.flush_addr = reinterpret_cast<std::uintptr_t>(flush_word_mr_->addr);
+        priv.flush_rkey = flush_word_mr_->rkey;
+    }
+    return priv;
+}
+
 namespace {
 
 sockaddr_storage make_sockaddr(int family, const std::uint8_t* bytes, std::uint16_t port) {
@@ -198,7 +210,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
             (void)rdma_set_option(event->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
                                   sizeof(timeout));
         }
-        RcCmPrivate priv{kRcAddrVersion, 0, static_cast<std::uint16_t>(fc_window_), seg_size};
+        RcCmPrivate priv = cm_private();
         rdma_conn_param param{};
         param.private_data = &priv;
         param.private_data_len = sizeof(priv);
@@ -236,6 +248,8 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
                 return;
             }
             window = priv.window;
+            ep->cold->flush_addr = priv.flush_addr;
+            ep->cold->flush_rkey = priv.flush_rkey;
         }
         cm_set_state(ep, CmState::connected);
         connected(ep, window);
@@ -315,7 +329,9 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
         close_ep(ep);
         return;
     }
-    RcCmPrivate ours{kRcAddrVersion, 0, static_cast<std::uint16_t>(fc_window_), seg_size};
+    ep->cold->flush_addr = priv.flush_addr;
+    ep->cold->flush_rkey = priv.flush_rkey;
+    RcCmPrivate ours = cm_private();
     rdma_conn_param param{};
     param.private_data = &ours;
     param.private_data_len = sizeof(ours);

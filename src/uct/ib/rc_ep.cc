@@ -41,11 +41,18 @@ LOOM_ALWAYS_INLINE Status post_send(RcIface* iface, RcEp* ep, ibv_send_wr& wr, b
     wr.wr_id = make_wr_id(ep, sn);
     bool signaled = signal || ep->unsignaled + 1u >= iface->signal_interval;
     if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
-    if (LOOM_UNLIKELY(ep->flags & kEpFence)) wr.send_flags |= IBV_SEND_FENCE;
+    bool fenced = false;
+    if (LOOM_UNLIKELY(ep->flags & kEpFence)) {
+        // iWARP forbids the fence indicator on an RDMA READ (siw drops the connection);
+        // a read is ordered behind earlier requests of its QP anyway, so the fence waits
+        // for the next request that is not a read.
+        fenced = !(iface->iwarp() && wr.opcode == IBV_WR_RDMA_READ);
+        if (fenced) wr.send_flags |= IBV_SEND_FENCE;
+    }
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(ep->qp, &wr, &bad);
     if (LOOM_UNLIKELY(rc != 0)) return iface->post_failed(ep, rc, "post_send");
-    ep->flags &= static_cast<std::uint8_t>(~kEpFence);
+    if (LOOM_UNLIKELY(fenced)) ep->flags &= static_cast<std::uint8_t>(~kEpFence);
     ep->unsignaled = signaled ? 0 : static_cast<std::uint16_t>(ep->unsignaled + 1);
     ep->tx_sn = sn;
     --ep->sq_avail;

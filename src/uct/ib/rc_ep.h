@@ -123,6 +123,8 @@ struct RcEpCold {
     CmState cm_state = CmState::none;
     std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)
     std::uint16_t peer_window = 0;                   ///< accepted connections: the credits the peer offered
+    std::uint32_t flush_rkey = 0;                    ///< iWARP: the peer's flush word (RcCmPrivate)
+    std::uint64_t flush_addr = 0;
     std::chrono::steady_clock::time_point deadline;  ///< failed or closing: when to stop waiting for flushes
     std::string peer;                                ///< for log lines
 };

@@ -322,14 +322,21 @@ Status RcIface::init_pools() {
     };
     if (Status s = rx_pool.init(std::move(rx)); s != Status::ok) return s;
 
-    // One registered word where the old values of posted (non-fetching) atomics land.
-    if (Status s = ucs::alloc_aligned(kCacheLineSize, kCacheLineSize, atomic_scratch_mem_); s != Status::ok) {
+    // One registered word where the old values of posted (non-fetching) atomics land, and on
+    // iWARP, in the next cache line, the word peers read to flush (see RcCmPrivate).
+    if (Status s = ucs::alloc_aligned(2 * kCacheLineSize, kCacheLineSize, atomic_scratch_mem_); s != Status::ok) {
         return s;
     }
+    std::memset(atomic_scratch_mem_, 0, 2 * kCacheLineSize);
     atomic_scratch = static_cast<std::uint64_t*>(atomic_scratch_mem_);
     scratch_mr_ = md_->reg_internal(atomic_scratch_mem_, kCacheLineSize, "atomic scratch word");
     if (scratch_mr_ == nullptr) return Status::no_memory;
     atomic_scratch_lkey = scratch_mr_->lkey;
+    if (iwarp_) {
+        flush_word_mr_ = md_->reg_internal(static_cast<std::uint8_t*>(atomic_scratch_mem_) + kCacheLineSize,
+                                           sizeof(std::uint64_t), "flush word", kAccessRemoteGet);
+        if (flush_word_mr_ == nullptr) return Status::no_memory;
+    }
     return Status::ok;
 }
 
@@ -365,6 +372,7 @@ RcIface::~RcIface() {
         }
     }
     if (scratch_mr_ != nullptr) (void)ibv_dereg_mr(scratch_mr_);
+    if (flush_word_mr_ != nullptr) (void)ibv_dereg_mr(flush_word_mr_);
     if (atomic_scratch_mem_ != nullptr) ucs::free_aligned(atomic_scratch_mem_);
 }
 

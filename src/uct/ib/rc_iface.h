@@ -193,6 +193,8 @@ private:
     void cm_handle(rdma_cm_event* event, rdma_cm_id*& reject);
     void cm_accept(rdma_cm_event* event, rdma_cm_id*& reject);
     void cm_set_state(RcEp* ep, CmState state);
+    /** Our rdma_cm private data: version, receive window, segment size, flush word. */
+    RcCmPrivate cm_private() const;
 
     IbMd* md_;
     IbConfig config_;
@@ -221,6 +223,7 @@ private:
     std::vector<std::uint8_t> rx_posted_;  ///< per descriptor of rx_descs_: posted to a receive queue
     void* atomic_scratch_mem_ = nullptr;
     ibv_mr* scratch_mr_ = nullptr;
+    ibv_mr* flush_word_mr_ = nullptr;  ///< iWARP: the word peers read to flush (second cache line)
     std::vector<ibv_wc> wcs_;
 
     std::unordered_map<std::uint32_t, RcEp*> qp_map_;

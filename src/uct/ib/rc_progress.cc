@@ -284,6 +284,8 @@ Status RcIface::resource_status(RcEp* ep) const {
 }
 
 Status RcIface::post_failed(RcEp* ep, int rc, const char* what) {
+    // Providers disagree on the sign: mlx5 and rxe return errno values, siw negative ones.
+    if (rc < 0) rc = -rc;
     if (rc == ENOMEM) {
         LOOM_LOG_DEBUG("rc/{}: {} on QP {:#x}: send queue full", resource().dev_name, what, ep->qp_num);
         return Status::no_resource;
@@ -351,17 +353,20 @@ Status RcIface::post_flush_marker(RcEp* ep) {
     // write completes once handed to TCP, so only a read proves earlier writes were placed.
     ibv_send_wr wr{};
     wr.opcode = iwarp_ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    // An iWARP read names its sink even when empty: without an entry siw takes whatever the
-    // reused send queue slot holds, and the response then hits an invalid STag (TERMINATE).
-    ibv_sge sink{reinterpret_cast<std::uintptr_t>(atomic_scratch), 0, atomic_scratch_lkey};
+    // On iWARP it reads the peer's flush word (RcCmPrivate) into the scratch word: a read
+    // with real STags on both ends, which every implementation handles.
+    ibv_sge sink{reinterpret_cast<std::uintptr_t>(atomic_scratch), sizeof(std::uint64_t), atomic_scratch_lkey};
     if (iwarp_) {
         wr.sg_list = &sink;
         wr.num_sge = 1;
+        wr.wr.rdma.remote_addr = ep->cold->flush_addr;
+        wr.wr.rdma.rkey = ep->cold->flush_rkey;
     }
     std::uint64_t sn = ep->tx_sn + 1;
     wr.wr_id = (static_cast<std::uint64_t>(ep->gen) << kWrIdGenShift) | sn;
     wr.send_flags = IBV_SEND_SIGNALED;
-    if (ep->flags & kEpFence) wr.send_flags |= IBV_SEND_FENCE;
+    // The marker completes after everything before it, so it needs no fence; iWARP even
+    // forbids one on a READ (siw resets the connection).
     ibv_send_wr* bad = nullptr;
     if (int rc = ibv_post_send(ep->qp, &wr, &bad); rc != 0) return post_failed(ep, rc, "flush");
     ep->flags &= static_cast<std::uint8_t>(~(kEpFence | kEpUnflushedWrites));

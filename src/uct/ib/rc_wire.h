@@ -12,7 +12,7 @@
 namespace loom::uct::ib {
 
 /** Version byte of every rc address and of the rdma_cm private data. */
-inline constexpr std::uint8_t kRcAddrVersion = 1;
+inline constexpr std::uint8_t kRcAddrVersion = 2;
 
 /** Device address flags. */
 enum DevAddrFlags : std::uint8_t {
@@ -52,14 +52,22 @@ struct RcEpAddress {
 };
 static_assert(sizeof(RcEpAddress) == 16);
 
-/** rdma_cm private data, in the connect request and in the accept. */
+/**
+ * rdma_cm private data, in the connect request and in the accept. The flush word is a
+ * remotely readable word of the sender's iface: on iWARP a flush reads it, because only
+ * a read response proves that earlier writes were placed, and a read must name a valid
+ * STag (siw fails a zero-length read of STag 0 now and then and resets the connection).
+ */
 struct RcCmPrivate {
     std::uint8_t version;
     std::uint8_t reserved;
     std::uint16_t window;
     std::uint32_t seg_size;
+    std::uint64_t flush_addr;
+    std::uint32_t flush_rkey;
+    std::uint32_t reserved2;
 };
-static_assert(sizeof(RcCmPrivate) == 8);
+static_assert(sizeof(RcCmPrivate) == 24);
 
 /** Flags of an active message header. */
 enum AmHdrFlags : std::uint8_t {

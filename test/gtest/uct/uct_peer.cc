@@ -29,6 +29,7 @@ std::vector<std::uint8_t> PeerInfo::pack() const {
     std::vector<std::uint8_t> out;
     put_blob(out, dev_addr);
     put_blob(out, iface_addr);
+    put_blob(out, ep_addr);
     put_blob(out, rkey);
     for (std::uint64_t v : {buffer, buffer_size}) {
         out.insert(out.end(), reinterpret_cast<const std::uint8_t*>(&v), reinterpret_cast<const std::uint8_t*>(&v) + 8);
@@ -38,7 +39,8 @@ std::vector<std::uint8_t> PeerInfo::pack() const {
 
 bool PeerInfo::unpack(const std::vector<std::uint8_t>& blob) {
     std::size_t pos = 0;
-    if (!get_blob(blob, pos, dev_addr) || !get_blob(blob, pos, iface_addr) || !get_blob(blob, pos, rkey)) {
+    if (!get_blob(blob, pos, dev_addr) || !get_blob(blob, pos, iface_addr) || !get_blob(blob, pos, ep_addr) ||
+        !get_blob(blob, pos, rkey)) {
         return false;
     }
     if (blob.size() - pos != 16) return false;
@@ -97,6 +99,12 @@ PeerInfo ProcSide::info() const {
     PeerInfo info;
     info.dev_addr = entity_->device_address();
     info.iface_addr = entity_->iface_address();
+    if (ep_ != nullptr && connects_to_ep()) {
+        info.ep_addr.resize(entity_->attr().ep_addr_len);
+        if (entity_->iface().ep_get_address(ep_, info.ep_addr.data()) != Status::ok) {
+            throw std::runtime_error("ep_get_address failed");
+        }
+    }
     info.rkey.resize(entity_->md_attr().rkey_packed_size);
     if (memh_ != kMemHNull && !info.rkey.empty() && entity_->md().mkey_pack(memh_, info.rkey.data()) != Status::ok) {
         throw std::runtime_error("mkey_pack failed");
@@ -106,27 +114,61 @@ PeerInfo ProcSide::info() const {
     return info;
 }
 
+bool ProcSide::connects_to_ep() const {
+    const IfaceAttr& attr = entity_->attr();
+    return !(attr.cap_flags & kCapConnectToIface) && (attr.cap_flags & kCapConnectToEp);
+}
+
+void ProcSide::forward_error(void* arg, Ep* ep, Status status) {
+    auto* self = static_cast<ProcSide*>(arg);
+    if (self->on_error_ != nullptr) self->on_error_(self->on_error_arg_, ep, status);
+}
+
 bool ProcSide::exchange(loom::test::ForkedPeer::Channel& ch) {
+    if (connects_to_ep() && ep_ == nullptr) {
+        EpParams params;
+        params.on_error = forward_error;
+        params.on_error_arg = this;
+        auto ep = entity_->iface().ep_create(params);
+        if (!ep) return false;
+        ep_ = *ep;
+    }
     if (!ch.send(info().pack())) return false;
     auto blob = ch.recv(std::chrono::seconds(20));
-    return blob && peer_.unpack(*blob);
+    if (!blob || !peer_.unpack(*blob)) return false;
+    if (connects_to_ep()) {
+        return entity_->iface().ep_connect_to_ep(ep_, peer_.dev_addr.data(), peer_.dev_addr.size(),
+                                                 peer_.ep_addr.data(), peer_.ep_addr.size()) == Status::ok;
+    }
+    return true;
 }
 
 Status ProcSide::connect(void (*on_error)(void*, Ep*, Status), void* arg) {
+    on_error_ = on_error;
+    on_error_arg_ = arg;
+    if (connects_to_ep()) {
+        if (ep_ == nullptr) return Status::invalid_param;  // exchange() makes it
+    } else if (Status s = create_ep_to_peer(); s != Status::ok) {
+        return s;
+    }
+    auto rkey = entity_->md().component().rkey_unpack(peer_.rkey.data(), peer_.rkey.size());
+    if (!rkey) return rkey.status();
+    peer_rkey_ = *rkey;
+    have_rkey_ = true;
+    return Status::ok;
+}
+
+Status ProcSide::create_ep_to_peer() {
     EpParams params;
     params.dev_addr = peer_.dev_addr.data();
     params.dev_addr_len = peer_.dev_addr.size();
     params.iface_addr = peer_.iface_addr.data();
     params.iface_addr_len = peer_.iface_addr.size();
-    params.on_error = on_error;
-    params.on_error_arg = arg;
+    params.on_error = forward_error;
+    params.on_error_arg = this;
     auto ep = entity_->iface().ep_create(params);
     if (!ep) return ep.status();
     ep_ = *ep;
-    auto rkey = entity_->md().component().rkey_unpack(peer_.rkey.data(), peer_.rkey.size());
-    if (!rkey) return rkey.status();
-    peer_rkey_ = *rkey;
-    have_rkey_ = true;
     return Status::ok;
 }
 

@@ -1,7 +1,8 @@
 /**
  * Helpers for two-process transport tests: one side's entity with a registered
  * buffer, and the blob both sides exchange through test::ForkedPeer's channel (device
- * and iface addresses, the packed remote key and the buffer's address).
+ * and iface addresses, the endpoint address for connect-to-ep transports, the packed
+ * remote key and the buffer's address).
  */
 #pragma once
 
@@ -21,6 +22,7 @@ namespace loom::uct::test {
 struct PeerInfo {
     std::vector<std::uint8_t> dev_addr;
     std::vector<std::uint8_t> iface_addr;
+    std::vector<std::uint8_t> ep_addr;  ///< connect-to-ep transports: the endpoint made for the peer
     std::vector<std::uint8_t> rkey;  ///< packed key of the side's buffer
     std::uint64_t buffer = 0;        ///< the buffer's address in that process
     std::uint64_t buffer_size = 0;
@@ -46,10 +48,21 @@ public:
     /** This side's addresses, key and buffer. */
     PeerInfo info() const;
 
-    /** Sends info() over @p ch and receives the peer's; false when the channel fails. */
+    /** True when the transport connects endpoint to endpoint only (see exchange()). */
+    bool connects_to_ep() const;
+
+    /**
+     * Sends info() over @p ch and receives the peer's; false when the channel fails. On a
+     * transport that connects endpoint to endpoint only, both sides must call it: it creates
+     * this side's endpoint first (its address travels in the blob) and connects it to the
+     * peer's, so a side that never calls connect() still has the endpoint the peer's needs.
+     */
     bool exchange(loom::test::ForkedPeer::Channel& ch);
 
-    /** Creates the endpoint to the peer (with an optional error callback) and unpacks its key. */
+    /**
+     * Creates the endpoint to the peer (connect-to-iface) or adopts the one exchange()
+     * made (connect-to-ep), sets the error callback, and unpacks the peer's key.
+     */
     Status connect(void (*on_error)(void*, Ep*, Status) = nullptr, void* arg = nullptr);
 
     /** Progresses until @p done() or @p timeout; returns done(). */
@@ -102,6 +115,11 @@ private:
     Rkey peer_rkey_;
     bool have_rkey_ = false;
     Ep* ep_ = nullptr;
+    void (*on_error_)(void*, Ep*, Status) = nullptr;  ///< the user's, called by forward_error
+    void* on_error_arg_ = nullptr;
+
+    static void forward_error(void* arg, Ep* ep, Status status);
+    Status create_ep_to_peer();
 };
 
 /** Deterministic test bytes. */
