@@ -427,8 +427,8 @@ Status rc_atomic64_cswap(Ep* tl_ep, std::uint64_t compare, std::uint64_t swap, s
 Status rc_pending_add(Ep* tl_ep, PendingReq* req, unsigned) {
     RcEp* ep = rc_ep(tl_ep);
     RcIface* iface = ep->rc_iface();
-    // A failed endpoint answers every operation at once (with its error): nothing to wait for.
-    if (ep->failed()) return Status::busy;
+    // A failed endpoint answers every operation at once with its error: nothing to wait for.
+    if (ep->failed()) return ep->cold->status;
     if (ep->pending.empty() && has_am_tx(iface, ep)) return Status::busy;
     ep->pending.push_back(*req);
     iface->arbiter_add(ep);

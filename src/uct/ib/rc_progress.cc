@@ -51,8 +51,8 @@ unsigned RcIface::progress() {
     unsigned count = poll_rx();
     count += poll_tx();
     if (!arbiter_.empty()) dispatch_arbiter();
-    if (LOOM_UNLIKELY(!failed_unreported_.empty())) report_errors();
     if (LOOM_UNLIKELY(!draining_.empty())) drain_failed();
+    if (LOOM_UNLIKELY(!failed_unreported_.empty())) report_errors();
     if (LOOM_UNLIKELY(!closing_.empty())) reap_closing();
     if (cm_channel_ != nullptr && --cm_countdown_ == 0) {
         count += cm_poll();
@@ -169,6 +169,14 @@ unsigned RcIface::poll_rx() {
             rx_pool.put(desc);
             continue;
         }
+        // The replacement goes up before anything below can return this buffer's credit (a
+        // grant, or a reply from the handler): otherwise the peer's next send may find the
+        // queue one short, which iWARP punishes with a TERMINATE (it has no RNR retry).
+        if (srq_ != nullptr) {
+            post_rx_srq(srq_target_ - srq_posted_);
+        } else if (ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
+            (void)post_rx_qp(ep, 1);
+        }
         RcAmHdr hdr;
         std::memcpy(&hdr, desc + kRxDescHdr, sizeof(hdr));
         if (LOOM_UNLIKELY(wc.byte_len < sizeof(RcAmHdr))) {
@@ -191,9 +199,6 @@ unsigned RcIface::poll_rx() {
             }
         } else {
             rx_pool.put(desc);
-        }
-        if (srq_ == nullptr && ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
-            (void)post_rx_qp(ep, 1);
         }
     }
     if (srq_ != nullptr && srq_posted_ < srq_target_) post_rx_srq(srq_target_ - srq_posted_);
@@ -341,6 +346,13 @@ void RcIface::report_errors() {
     failed.swap(failed_unreported_);
     for (RcEp* ep : failed) {
         if ((ep->flags & kEpClosing) || ep->cold->error_reported) continue;
+        if (ep->tx_sn != ep->acked_sn) {
+            // Reported once every outstanding request has completed with the error (flushed by
+            // the device, or by drain_failed after the grace time): the callback finds the
+            // endpoint quiet, as after a tcp or shm failure.
+            failed_unreported_.push_back(ep);
+            continue;
+        }
         ep->cold->error_reported = true;
         if (ep->cold->on_error != nullptr) ep->cold->on_error(ep->cold->on_error_arg, ep, ep->cold->status);
     }

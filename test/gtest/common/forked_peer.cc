@@ -8,10 +8,69 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <stdexcept>
 #include <thread>
 
+extern char** environ;
+
 namespace loom::test {
+
+namespace {
+
+// The environment of an executed peer: its role, the channel's descriptors, its arguments.
+constexpr const char* kRoleVar = "LOOMTEST_PEER_ROLE";
+constexpr const char* kFdsVar = "LOOMTEST_PEER_FDS";
+constexpr const char* kArgsVar = "LOOMTEST_PEER_ARGS";
+constexpr char kArgSep = '\x1f';  // unit separator: cannot appear in a resource name or a number
+
+std::map<std::string, ForkedPeer::RoleMain>& roles() {
+    static std::map<std::string, ForkedPeer::RoleMain> table;
+    return table;
+}
+
+}  // namespace
+
+bool register_peer_role(const char* name, ForkedPeer::RoleMain main) {
+    roles()[name] = main;
+    return true;
+}
+
+int run_peer_role() {
+    const char* role = std::getenv(kRoleVar);
+    if (role == nullptr) return -1;
+    auto it = roles().find(role);
+    int read_fd = -1, write_fd = -1;
+    const char* fds = std::getenv(kFdsVar);
+    if (it == roles().end() || fds == nullptr || std::sscanf(fds, "%d %d", &read_fd, &write_fd) != 2) {
+        std::fprintf(stderr, "peer role '%s': unknown role or no channel\n", role);
+        return 2;
+    }
+    std::vector<std::string> args;
+    if (const char* packed = std::getenv(kArgsVar); packed != nullptr && *packed != '\0') {
+        std::string all(packed);
+        std::size_t start = 0;
+        for (;;) {
+            std::size_t end = all.find(kArgSep, start);
+            args.push_back(all.substr(start, end == std::string::npos ? std::string::npos : end - start));
+            if (end == std::string::npos) break;
+            start = end + 1;
+        }
+    }
+    ::unsetenv(kRoleVar);  // the peer's own children are ordinary processes
+    ForkedPeer::Channel channel(read_fd, write_fd);
+    int code = 1;
+    try {
+        code = it->second(channel, args);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "peer role '%s': exception: %s\n", role, e.what());
+        code = 2;
+    }
+    std::fflush(nullptr);
+    return code;
+}
 
 bool ForkedPeer::Channel::send(const std::vector<std::uint8_t>& blob) {
     std::uint64_t length = blob.size();
@@ -91,6 +150,49 @@ ForkedPeer::ForkedPeer(std::function<int(Channel&)> body) {
         }
         std::fflush(nullptr);
         ::_exit(code);
+    }
+    ::close(to_child[0]);
+    ::close(to_parent[1]);
+    channel_ = Channel(to_parent[0], to_child[1]);
+}
+
+ForkedPeer::ForkedPeer(const std::string& role, const std::vector<std::string>& args,
+                       const std::vector<int>& keep_fds) {
+    int to_child[2], to_parent[2];
+    if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(to_parent, O_CLOEXEC) != 0) {
+        throw std::runtime_error("pipe2 failed");
+    }
+    // Everything the child needs is built before fork(): between fork and exec it only
+    // calls async-signal-safe functions (the parent has threads).
+    std::string packed;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        if (i > 0) packed += kArgSep;
+        packed += args[i];
+    }
+    std::vector<std::string> env_strings = {std::string(kRoleVar) + "=" + role,
+                                            std::string(kFdsVar) + "=" + std::to_string(to_child[0]) + " " +
+                                                std::to_string(to_parent[1]),
+                                            std::string(kArgsVar) + "=" + packed};
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) {
+        if (std::strncmp(*e, "LOOMTEST_PEER_", 14) != 0) envp.push_back(*e);
+    }
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char exe[] = "/proc/self/exe";
+    std::string argv0 = "loom-test-peer:" + role;
+    char* argv[] = {argv0.data(), nullptr};
+    std::vector<int> inherit = keep_fds;
+    inherit.push_back(to_child[0]);
+    inherit.push_back(to_parent[1]);
+
+    std::fflush(nullptr);
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        for (int fd : inherit) (void)::fcntl(fd, F_SETFD, 0);
+        ::execve(exe, argv, envp.data());
+        ::_exit(127);
     }
     ::close(to_child[0]);
     ::close(to_parent[1]);

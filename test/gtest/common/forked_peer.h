@@ -16,6 +16,17 @@
  * The child exits with _exit() right after the function, so gtest state and the
  * parent's atexit handlers never run twice. Every receive has a timeout, so a dead
  * peer makes a test fail instead of hang.
+ *
+ * A forked child inherits what the parent had open. For most of Loom that is fine, but
+ * not for verbs: librdmacm keeps the device contexts it opened for the whole process,
+ * and a child that uses them is refused by the kernel ("changed security contexts").
+ * Such tests run their peer as a *role* in a freshly executed copy of the test binary:
+ *
+ *   int my_peer(ForkedPeer::Channel& ch, const std::vector<std::string>& args) { ... }
+ *   LOOM_TEST_PEER_ROLE(my_peer);                 // at namespace scope
+ *   ForkedPeer peer("my_peer", {"arg1", "arg2"}); // in the test
+ *
+ * main() calls run_peer_role() first: in the executed copy it runs the role and exits.
  */
 #pragma once
 
@@ -32,6 +43,10 @@ namespace loom::test {
 
 class ForkedPeer {
 public:
+    class Channel;
+    /** A peer role: runs in an executed copy of the binary; returns its exit code. */
+    using RoleMain = int (*)(Channel& ch, const std::vector<std::string>& args);
+
     /** One end of the pipe pair. */
     class Channel {
     public:
@@ -58,6 +73,12 @@ public:
 
     /** Forks and runs @p body in the child; its return value is the child's exit code. */
     explicit ForkedPeer(std::function<int(Channel&)> body);
+
+    /**
+     * Forks and executes this binary again as peer @p role (see LOOM_TEST_PEER_ROLE) with
+     * @p args; @p keep_fds stay open in it under the same numbers.
+     */
+    ForkedPeer(const std::string& role, const std::vector<std::string>& args, const std::vector<int>& keep_fds = {});
     ~ForkedPeer();
     ForkedPeer(const ForkedPeer&) = delete;
     ForkedPeer& operator=(const ForkedPeer&) = delete;
@@ -77,4 +98,17 @@ private:
     bool reaped_ = false;
 };
 
+/** Registers @p main as peer role @p name; returns true (for static registration). */
+bool register_peer_role(const char* name, ForkedPeer::RoleMain main);
+
+/**
+ * When this process was executed as a peer role, runs it and returns its exit code;
+ * otherwise returns -1 at once. main() calls it before anything else.
+ */
+int run_peer_role();
+
 }  // namespace loom::test
+
+/** Registers function @p fn as the peer role named after it. */
+#define LOOM_TEST_PEER_ROLE(fn) \
+    [[maybe_unused]] static const bool loom_peer_role_registered_##fn = ::loom::test::register_peer_role(#fn, fn)

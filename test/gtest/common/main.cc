@@ -3,6 +3,7 @@
  * LOOMTEST_TIMEOUT seconds (default 120) is reported by name with a backtrace of
  * the watchdog and the process exits with an error, so no suite hangs CI.
  */
+#include "common/forked_peer.h"
 #include "common/test_helpers.h"
 
 #include "ucs/debug/backtrace.h"
@@ -81,6 +82,8 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
+    // An executed copy of this binary running a test's peer role (see forked_peer.h).
+    if (int code = loom::test::run_peer_role(); code >= 0) return code;
     testing::InitGoogleMock(&argc, argv);
     // Death tests fork; "threadsafe" re-executes the binary so the watchdog thread is safe.
     GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -33,9 +33,13 @@ char poll_command(int fd) {
     return 0;
 }
 
-/** The peer process: serves until told to freeze (stop progressing) or to close. */
-int serve(const Resource& resource, loom::test::ForkedPeer::Channel& ch, int cmd_fd) {
-    auto side = std::make_unique<ProcSide>(resource, kBufferSize);
+/**
+ * The peer process: serves until told to freeze (stop progressing) or to close.
+ * args: the resource name, the command pipe's read descriptor.
+ */
+int serve_peer(loom::test::ForkedPeer::Channel& ch, const std::vector<std::string>& args) {
+    int cmd_fd = std::stoi(args.at(1));
+    auto side = std::make_unique<ProcSide>(find_resource(args.at(0)), kBufferSize);
     (void)side->entity().iface().set_am_handler(kAmId, [](void*, void*, std::size_t, unsigned) { return Status::ok; },
                                                 nullptr, 0);
     if (!side->exchange(ch)) return 3;
@@ -57,6 +61,7 @@ int serve(const Resource& resource, loom::test::ForkedPeer::Channel& ch, int cmd
     }
     return 4;
 }
+LOOM_TEST_PEER_ROLE(serve_peer);
 
 /** What on_error reported. */
 struct ErrorLog {
@@ -78,15 +83,22 @@ protected:
         Entity probe(GetParam());
         attr_ = probe.attr();
         if (attr_.cap_flags & kCapSelfOnly) GTEST_SKIP() << GetParam().name() << " reaches only its own process";
-        if (std::string gap = two_process_gap(GetParam()); !gap.empty()) GTEST_SKIP() << gap;
         if (!(attr_.cap_flags & kCapErrHandlingPeerFailure)) {
             GTEST_SKIP() << GetParam().name() << " does not declare peer failure handling";
         }
         Resource resource = GetParam();
+        if (resource.tl.tl_name == "rc") {
+            // Verbs without a connection manager learn of a dead peer only when retransmissions
+            // run out: 1 s x 8 by default. Both processes (the peer inherits the environment)
+            // use 50 ms x 4, so the failure shows within the test's waits.
+            ::setenv("LOOM_IB_TIMEOUT", "50ms", 1);
+            ::setenv("LOOM_IB_RETRY_COUNT", "3", 1);
+            env_set_ = true;
+        }
         ASSERT_EQ(0, ::pipe2(cmd_pipe_, O_CLOEXEC));
         int cmd_fd = cmd_pipe_[0];
         peer_ = std::make_unique<loom::test::ForkedPeer>(
-            [resource, cmd_fd](loom::test::ForkedPeer::Channel& ch) { return serve(resource, ch, cmd_fd); });
+            "serve_peer", std::vector<std::string>{resource.name(), std::to_string(cmd_fd)}, std::vector<int>{cmd_fd});
         side_ = std::make_unique<ProcSide>(resource, kBufferSize);
         ASSERT_TRUE(side_->exchange(peer_->channel())) << "the peer did not answer";
         ASSERT_EQ(Status::ok, side_->connect(ErrorLog::on_error, &errors_));
@@ -101,6 +113,10 @@ protected:
         for (int& fd : cmd_pipe_) {
             if (fd >= 0) ::close(fd);
             fd = -1;
+        }
+        if (env_set_) {
+            ::unsetenv("LOOM_IB_TIMEOUT");
+            ::unsetenv("LOOM_IB_RETRY_COUNT");
         }
     }
 
@@ -186,6 +202,7 @@ protected:
     std::unique_ptr<ProcSide> side_;
     ErrorLog errors_;
     int cmd_pipe_[2] = {-1, -1};
+    bool env_set_ = false;
 };
 
 TEST_P(UctPeerFailureTest, KilledPeerFailsOutstandingOperations) {
@@ -237,7 +254,9 @@ TEST_P(UctPeerFailureTest, KilledPeerFailsOutstandingOperations) {
     expect_endpoint_failed();
     for (auto& comp : pending) {
         EXPECT_EQ(1, comp->fired) << "an outstanding operation never completed";
-        EXPECT_TRUE(is_error(comp->status)) << to_string(comp->status);
+        // Where the peer's CPU serves them (tcp, shm emulation) they fail; true one-sided
+        // operations (rc) may have been served by the peer's device before the kill.
+        EXPECT_TRUE(comp->status == Status::ok || is_error(comp->status)) << to_string(comp->status);
     }
     expect_sends_fail();
 }

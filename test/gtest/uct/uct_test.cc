@@ -18,6 +18,13 @@ std::string Resource::name() const {
 
 std::string resource_name(const testing::TestParamInfo<Resource>& info) { return info.param.name(); }
 
+Resource find_resource(const std::string& name) {
+    for (const Resource& r : all_resources()) {
+        if (r.name() == name) return r;
+    }
+    throw std::runtime_error("no transport resource " + name + " in this process");
+}
+
 std::vector<Resource> all_resources() {
     (void)ucs::load_modules("uct", {ucs::default_module_dirs(), nullptr});
     std::vector<std::string> allowed;

@@ -34,35 +34,8 @@ inline void PrintTo(const Resource& resource, std::ostream* os) { *os << resourc
 /** Every resource of every registered component (modules loaded first), filtered by LOOMTEST_UCT_TLS. */
 std::vector<Resource> all_resources();
 
-/**
- * Why a two-process suite cannot run on @p resource yet, or "" when it can. This is a
- * known gap, printed as the skip reason of every case it affects so it is never silent:
- * the rc transport (issue 4) is not yet exercised by the generic two-process suites.
- */
-inline std::string two_process_gap(const Resource& resource) {
-    if (resource.tl.tl_name == "rc" && !std::getenv("LOOMTEST_RUN_KNOWN_GAPS")) {
-        return "KNOWN GAP (issue 4): rc is not yet run by the generic two-process suites: the harness has no "
-               "cross-process connect-to-ep exchange (RoCE), and rc over rdma_cm (iWARP) does not yet complete "
-               "every outstanding operation when the peer goes away";
-    }
-    return "";
-}
-
-/**
- * Known rc defects that the generic suites found (issue 4), as printed skip reasons so
- * they are never silent: "" when @p resource has no known gap for @p what.
- *   what = "pending_rr":  round-robin dispatch of pending requests across endpoints
- */
-inline std::string known_rc_gap(const Resource& resource, const std::string& what) {
-    if (resource.tl.tl_name != "rc" || std::getenv("LOOMTEST_RUN_KNOWN_GAPS")) return "";
-    if (what == "pending_rr") {
-        return "KNOWN GAP (issue 4): rc's arbiter is round-robin, but its active-message credits are per "
-               "endpoint, so the endpoint whose credits return first runs several requests while the others "
-               "wait; this test assumes one shared resource: decide the fairness rule for per-endpoint "
-               "resources";
-    }
-    return "";
-}
+/** The resource called @p name (Resource::name()); throws when there is none (peer roles). */
+Resource find_resource(const std::string& name);
 
 /** gtest printer for parameter names. */
 std::string resource_name(const testing::TestParamInfo<Resource>& info);
