@@ -154,6 +154,22 @@ protected:
         EXPECT_EQ(-SIGKILL, peer_->wait(std::chrono::seconds(10)));
     }
 
+    /**
+     * One more operation after the kill, whatever its result. rc without rdma_cm (RoCE,
+     * InfiniBand) has no connection to watch: it learns of a dead peer only from a request
+     * that is not acknowledged, and the peer's device may have answered every earlier
+     * request before the kill (one-sided operations need no peer CPU). Keep-alive traffic
+     * for idle endpoints is the protocol layer's (docs/transports.md).
+     */
+    void poke_peer() {
+        std::uint64_t word = 0;
+        if (has(kCapPutShort)) {
+            (void)ep_put_short(side_->ep(), &word, sizeof(word), side_->peer_addr(0), side_->peer_rkey());
+        } else if (has(kCapAmShort)) {
+            (void)ep_am_short(side_->ep(), kAmId, 0, &word, sizeof(word));
+        }
+    }
+
     /** Waits for on_error; checks it was a peer-class error on our endpoint, reported once. */
     void expect_endpoint_failed() {
         ASSERT_TRUE(side_->progress_until([&] { return errors_.calls > 0; }, std::chrono::seconds(10)))
@@ -251,6 +267,7 @@ TEST_P(UctPeerFailureTest, KilledPeerFailsOutstandingOperations) {
         track(s, std::move(comp));
     }
     kill_peer();
+    poke_peer();
     expect_endpoint_failed();
     for (auto& comp : pending) {
         EXPECT_EQ(1, comp->fired) << "an outstanding operation never completed";
@@ -326,6 +343,7 @@ TEST_P(UctPeerFailureTest, PendingRequestsArePurgedAfterFailure) {
         ASSERT_EQ(Status::ok, s);
     }
     kill_peer();
+    poke_peer();
     expect_endpoint_failed();
     int purged = 0;
     ep_pending_purge(side_->ep(), [](PendingReq*, void* arg) { ++*static_cast<int*>(arg); }, &purged);
