@@ -21,11 +21,49 @@
 #include "ucs/type/result.h"
 #include "uct/api/uct_types.h"
 
+#include <sys/socket.h>
+
 #include <memory>
 #include <string_view>
 #include <vector>
 
 namespace loom::uct {
+
+/**
+ * A connection request a listener received (Iface::listen); answered once, by
+ * ep_create(conn_request) on that iface or by Iface::reject. Transports derive from it.
+ */
+struct ConnRequest {
+    Iface* iface = nullptr;
+};
+
+/**
+ * A listener's report of a client asking to connect: its private data and address.
+ * Runs from progress. The callee answers now or later with ep_create(conn_request) or
+ * Iface::reject; the data is valid until then.
+ */
+using ConnRequestCallback = void (*)(void* arg, ConnRequest* request, const void* priv, std::size_t priv_len,
+                                     const sockaddr* client);
+
+/** Client/server connection outcome: the peer's private data on success (ok), or why it failed. */
+using ConnectCallback = void (*)(void* arg, Ep* ep, Status status, const void* peer_priv, std::size_t priv_len);
+
+/** How to listen for client connections (kCapConnectToSockaddr). */
+struct ListenParams {
+    /** IP address and port to listen on; null: the iface's own address, any free port. */
+    const sockaddr* addr = nullptr;
+    socklen_t addr_len = 0;
+    ConnRequestCallback on_request = nullptr;
+    void* arg = nullptr;
+};
+
+/** A listening socket address; destroying it rejects the requests nobody answered. */
+class Listener {
+public:
+    virtual ~Listener();
+    /** The address it listens on (the port filled in when 0 was asked for). */
+    virtual sockaddr_storage address() const = 0;
+};
 
 /** Data-path operations of an iface and its endpoints. Unsupported entries return Status::unsupported. */
 struct IfaceOps {
@@ -84,6 +122,23 @@ struct EpParams {
     /** Optional error callback, invoked from progress when the peer fails. */
     void (*on_error)(void* arg, Ep* ep, Status status) = nullptr;
     void* on_error_arg = nullptr;
+
+    /** Client (kCapConnectToSockaddr): connect to the listener at this socket address (peer_sockaddr_len bytes). */
+    const ::sockaddr* peer_sockaddr = nullptr;
+    socklen_t peer_sockaddr_len = 0;
+    /** Server: accept this request (from a ConnRequestCallback) on a new endpoint. */
+    ConnRequest* conn_request = nullptr;
+    /** Client/server: private data for the request or the accept (at most attr.max_conn_priv bytes). */
+    const void* priv_data = nullptr;
+    std::size_t priv_len = 0;
+    /**
+     * Client/server: runs from progress once the connection is established (ok, with the
+     * peer's private data) or failed (refused, unreachable; a refusal may carry the
+     * server's private data). A failure before establishment is reported here, not to
+     * on_error.
+     */
+    ConnectCallback on_connect = nullptr;
+    void* on_connect_arg = nullptr;
 };
 
 /** Parameters of Md::iface_open. */
@@ -137,6 +192,15 @@ public:
 
     /** Writes the endpoint's address (attr.ep_addr_len bytes), for connect-to-ep transports. */
     virtual Status ep_get_address(Ep* ep, std::uint8_t* out);
+
+    /**
+     * Listens for client connections (kCapConnectToSockaddr); each request reaches
+     * @p params.on_request from progress. unsupported where the transport cannot.
+     */
+    virtual Result<std::unique_ptr<Listener>> listen(const ListenParams& params);
+
+    /** Refuses @p request with optional private data for the client (kCapConnectToSockaddr). */
+    virtual Status reject(ConnRequest* request, const void* priv, std::size_t priv_len);
 
     /** Connects a connect-to-ep endpoint to the peer's endpoint address. */
     virtual Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,

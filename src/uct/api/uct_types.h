@@ -134,6 +134,7 @@ enum IfaceCap : std::uint64_t {
     kCapEventRecv = 1ull << 15,       ///< the event fd signals incoming messages
     kCapIntraNode = 1ull << 16,       ///< reaches only processes on the same host
     kCapSelfOnly = 1ull << 17,        ///< reaches only its own process
+    kCapConnectToSockaddr = 1ull << 18,  ///< client/server: listen() and Ep from a socket address
 };
 
 /** Device types, for reporting and for the protocol layer's choices. */
@@ -168,6 +169,7 @@ struct IfaceAttr {
     std::size_t device_addr_len = 0;
     std::size_t iface_addr_len = 0;
     std::size_t ep_addr_len = 0;
+    std::size_t max_conn_priv = 0;  ///< kCapConnectToSockaddr: private data bytes a request or accept carries
     double overhead = 0;              ///< seconds of CPU per message on the sender
     double bandwidth_dedicated = 0;   ///< bytes/s one process can drive alone
     double bandwidth_shared = 0;      ///< bytes/s shared by all processes on the device

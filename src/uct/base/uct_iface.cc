@@ -121,4 +121,14 @@ Status Iface::ep_connect_to_ep(Ep*, const std::uint8_t*, std::size_t, const std:
 
 Result<int> Iface::event_fd() { return Status::unsupported; }
 
+Result<std::unique_ptr<Listener>> Iface::listen(const ListenParams&) {
+    LOOM_LOG_ERROR("{}/{}: this transport cannot listen on a socket address", resource_.tl_name,
+                   resource_.dev_name);
+    return Status::unsupported;
+}
+
+Status Iface::reject(ConnRequest*, const void*, std::size_t) { return Status::unsupported; }
+
+Listener::~Listener() = default;
+
 }  // namespace loom::uct

@@ -4,6 +4,15 @@
  * creates its QP on its cm id and connects; the peer accepts on a passive endpoint.
  * Private data (RcCmPrivate) carries each side's receive window and buffer size.
  * Events are read from a non-blocking channel by progress (see RcIface).
+ *
+ * Client/server (kCapConnectToSockaddr): Iface::listen binds an rdma_cm id of its own
+ * to a socket address; a request on it becomes an RcConnRequest handed to the user,
+ * who accepts it with ep_create(conn_request) (a user endpoint, not a passive one) or
+ * refuses it with Iface::reject. A client endpoint is ep_create(sockaddr). The user's
+ * private data travels after Loom's header, its length in RcCmPrivate::user_len (IB
+ * pads private data, so the received length says nothing). Ids that must go while an
+ * event of theirs is being handled are destroyed after it is acknowledged
+ * (cm_dead_ids_).
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/ib_md.h"
@@ -75,6 +84,87 @@ int timeout_ms(std::chrono::nanoseconds t) {
 }
 
 }  // namespace
+
+/** A client/server listener: an rdma_cm id bound to the user's address, on the iface's channel. */
+class RcListener : public Listener {
+public:
+    RcListener(RcIface* iface, rdma_cm_id* id, ConnRequestCallback cb, void* arg)
+        : iface_(iface), id_(id), cb_(cb), arg_(arg) {}
+
+    ~RcListener() override { detach(); }
+
+    sockaddr_storage address() const override {
+        sockaddr_storage ss{};
+        if (id_ != nullptr) {
+            const sockaddr* sa = rdma_get_local_addr(id_);
+            std::memcpy(&ss, sa, sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
+        }
+        return ss;
+    }
+
+    /** Refuses what nobody answered and stops listening; the iface forgets this listener. */
+    void detach() {
+        if (iface_ == nullptr) return;
+        for (auto& request : requests) {
+            (void)rdma_reject(request->id, nullptr, 0);
+            iface_->cm_dead_ids_.push_back(request->id);
+        }
+        requests.clear();
+        std::erase(iface_->listeners_, this);
+        (void)rdma_destroy_id(id_);
+        id_ = nullptr;
+        iface_ = nullptr;
+    }
+
+    /** Removes @p request from the unanswered ones (it is deleted); false when it is not one. */
+    bool take(RcConnRequest* request) {
+        for (auto it = requests.begin(); it != requests.end(); ++it) {
+            if (it->get() == request) {
+                requests.erase(it);
+                return true;
+            }
+        }
+        return false;
+    }
+
+    rdma_cm_id* id() const { return id_; }
+    void notify(RcConnRequest* request) {
+        cb_(arg_, request, request->user_priv.data(), request->user_priv.size(), rdma_get_peer_addr(request->id));
+    }
+
+    std::vector<std::unique_ptr<RcConnRequest>> requests;  ///< unanswered
+
+private:
+    RcIface* iface_;
+    rdma_cm_id* id_;
+    ConnRequestCallback cb_;
+    void* arg_;
+};
+
+namespace {
+
+/** Loom's header followed by the user's private data, as one buffer. */
+std::vector<std::uint8_t> with_user_priv(RcCmPrivate header, const void* user, std::size_t len) {
+    header.user_len = static_cast<std::uint8_t>(len);
+    std::vector<std::uint8_t> buf(sizeof(header) + len);
+    std::memcpy(buf.data(), &header, sizeof(header));
+    if (len > 0) std::memcpy(buf.data() + sizeof(header), user, len);
+    return buf;
+}
+
+/** The user's part of received private data: false when the header or the length is wrong. */
+bool user_part(const void* data, std::size_t len, RcCmPrivate& header, const std::uint8_t*& user,
+               std::size_t& user_len) {
+    if (data == nullptr || len < sizeof(RcCmPrivate)) return false;
+    std::memcpy(&header, data, sizeof(header));
+    if (header.version != kRcAddrVersion || header.user_len > len - sizeof(header)) return false;
+    user = static_cast<const std::uint8_t*>(data) + sizeof(header);
+    user_len = header.user_len;
+    return true;
+}
+
+}  // namespace
+
 
 void RcIface::cm_set_state(RcEp* ep, CmState state) {
     bool was_busy = busy_state(ep->cold->cm_state);
@@ -158,16 +248,27 @@ unsigned RcIface::cm_poll() {
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
         LOOM_LOG_ERROR("rc/{}: rdma_get_cm_event failed: {}", resource().dev_name, std::strerror(errno));
     }
+    // Ids refused by the user (possibly while their request event was being handled).
+    for (rdma_cm_id* id : cm_dead_ids_) (void)rdma_destroy_id(id);
+    cm_dead_ids_.clear();
     return count;
 }
 
 void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
     const std::string& name = resource().dev_name;
     if (event->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        for (RcListener* listener : listeners_) {
+            if (event->listen_id == listener->id()) {
+                cm_listener_request(listener, event, reject);
+                return;
+            }
+        }
         cm_accept(event, reject);
         return;
     }
-    if (event->id == cm_listen_id_) {
+    bool listener_event = event->id == cm_listen_id_;
+    for (RcListener* listener : listeners_) listener_event = listener_event || event->id == listener->id();
+    if (listener_event) {
         LOOM_LOG_DEBUG("rc/{}: listener event {}", name, rdma_event_str(event->event));
         return;
     }
@@ -210,18 +311,20 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
             (void)rdma_set_option(event->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout,
                                   sizeof(timeout));
         }
-        RcCmPrivate priv = cm_private();
+        std::vector<std::uint8_t> priv =
+            with_user_priv(cm_private(), ep->cold->user_priv.data(), ep->cold->user_priv.size());
         rdma_conn_param param{};
-        param.private_data = &priv;
-        param.private_data_len = sizeof(priv);
+        param.private_data = priv.data();
+        param.private_data_len = static_cast<std::uint8_t>(priv.size());
         param.responder_resources = static_cast<std::uint8_t>(max_dest_rd_atomic_);
         param.initiator_depth = static_cast<std::uint8_t>(max_rd_atomic_);
         param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
         param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
         if (rdma_connect(event->id, &param) != 0) {
             cm_set_state(ep, CmState::closed);
-            fail_ep(ep, Status::connection_refused,
-                    fmt::format("rdma_connect failed: {}", std::strerror(errno)));
+            std::string why = fmt::format("rdma_connect failed: {}", std::strerror(errno));
+            report_connect_failure(ep, Status::connection_refused, nullptr, 0);
+            fail_ep(ep, Status::connection_refused, why);
             return;
         }
         cm_set_state(ep, CmState::connecting);
@@ -229,18 +332,23 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
         std::uint16_t window = ep->cold->peer_window;
+        const std::uint8_t* user = nullptr;
+        std::size_t user_len = 0;
         if (ep->cold->cm_state == CmState::connecting) {
             // The accepting side's window comes with the establishment.
             RcCmPrivate priv{};
             const void* data = event->param.conn.private_data;
             if (data == nullptr || event->param.conn.private_data_len < sizeof(priv)) {
                 cm_set_state(ep, CmState::connected);
+                report_connect_failure(ep, Status::malformed_packet, nullptr, 0);
                 fail_ep(ep, Status::malformed_packet, "the peer accepted without Loom's connection data");
                 return;
             }
             std::memcpy(&priv, data, sizeof(priv));
-            if (priv.version != kRcAddrVersion || priv.window == 0 || priv.seg_size != seg_size) {
+            if (!user_part(data, event->param.conn.private_data_len, priv, user, user_len) || priv.window == 0 ||
+                priv.seg_size != seg_size) {
                 cm_set_state(ep, CmState::connected);
+                report_connect_failure(ep, Status::version_mismatch, nullptr, 0);
                 fail_ep(ep, Status::version_mismatch,
                         fmt::format("the peer's connection data does not match (version {}, window {}, "
                                     "segment size {})",
@@ -253,22 +361,31 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         }
         cm_set_state(ep, CmState::connected);
         connected(ep, window);
+        if (ep->cold->on_connect != nullptr) {
+            // Client: the server's private data; server: it had the client's in the request.
+            ConnectCallback cb = std::exchange(ep->cold->on_connect, nullptr);
+            cb(ep->cold->on_connect_arg, ep, Status::ok, user, user_len);
+        }
         return;
     }
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
         cm_set_state(ep, CmState::closed);
+        report_connect_failure(ep, Status::unreachable, nullptr, 0);
         fail_ep(ep, Status::unreachable,
                 fmt::format("{} (status {})", rdma_event_str(event->event), event->status));
         return;
     case RDMA_CM_EVENT_REJECTED:
         cm_set_state(ep, CmState::closed);
+        report_connect_failure(ep, Status::connection_refused, event->param.conn.private_data,
+                               event->param.conn.private_data_len);
         fail_ep(ep, Status::connection_refused,
                 fmt::format("connection rejected (status {})", event->status));
         return;
     case RDMA_CM_EVENT_CONNECT_ERROR:
         cm_set_state(ep, CmState::closed);
+        report_connect_failure(ep, Status::connection_refused, nullptr, 0);
         fail_ep(ep, Status::connection_refused, fmt::format("connection error (status {})", event->status));
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
@@ -348,6 +465,217 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     }
     cm_set_state(ep, CmState::accepting);
     LOOM_LOG_DEBUG("rc/{}: accepted a connection from {} on QP {:#x}", name, peer, ep->qp_num);
+}
+
+// --- client/server ------------------------------------------------------------------------
+
+Result<std::unique_ptr<Listener>> RcIface::listen(const ListenParams& params) {
+    const std::string& name = resource().dev_name;
+    if (!use_rdmacm_) {
+        LOOM_LOG_ERROR("rc/{}: listen: client/server connections go through rdma_cm, which this iface does not "
+                       "use (set LOOM_IB_CM=rdmacm; iWARP always uses it)",
+                       name);
+        return Status::unsupported;
+    }
+    if (params.on_request == nullptr ||
+        (params.addr != nullptr && params.addr->sa_family != AF_INET && params.addr->sa_family != AF_INET6)) {
+        LOOM_LOG_ERROR("rc/{}: listen: {}", name,
+                       params.on_request == nullptr ? "no request callback" : "not an IPv4 or IPv6 address");
+        return Status::invalid_param;
+    }
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(cm_channel_, &id, nullptr, RDMA_PS_TCP) != 0) {
+        LOOM_LOG_ERROR("rc/{}: rdma_create_id failed: {}", name, std::strerror(errno));
+        return Status::no_resource;
+    }
+    sockaddr_storage addr{};
+    if (params.addr != nullptr) {
+        std::memcpy(&addr, params.addr,
+                    std::min<std::size_t>(params.addr_len, sizeof(addr)));
+    } else {
+        addr = make_sockaddr(ip_->family, ip_->bytes, 0);
+    }
+    std::string text = sockaddr_text(reinterpret_cast<sockaddr*>(&addr));
+    auto fail = [&](Status s, const std::string& why) -> Result<std::unique_ptr<Listener>> {
+        LOOM_LOG_ERROR("rc/{}: listen on {}: {}", name, text, why);
+        (void)rdma_destroy_id(id);
+        return s;
+    };
+    if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0) {
+        int err = errno;
+        return fail(err == EADDRINUSE ? Status::busy : Status::invalid_address,
+                    fmt::format("rdma_bind_addr failed: {}", std::strerror(err)));
+    }
+    if (id->verbs != nullptr && id->verbs != md_->context()) {
+        return fail(Status::invalid_address, fmt::format("the address belongs to RDMA device {}, not to this one",
+                                                         ibv_get_device_name(id->verbs->device)));
+    }
+    if (rdma_listen(id, 128) != 0) return fail(Status::io_error, fmt::format("rdma_listen failed: {}", std::strerror(errno)));
+    auto listener = std::make_unique<RcListener>(this, id, params.on_request, params.arg);
+    id->context = nullptr;  // events of a listener id are recognized by the id (cm_handle)
+    listeners_.push_back(listener.get());
+    LOOM_LOG_DEBUG("rc/{}: listening for client connections on {}", name,
+                   sockaddr_text(rdma_get_local_addr(id)));
+    return std::unique_ptr<Listener>(std::move(listener));
+}
+
+Status RcIface::reject(ConnRequest* base, const void* priv, std::size_t priv_len) {
+    auto* request = static_cast<RcConnRequest*>(base);
+    if (request == nullptr || request->iface != this || request->listener == nullptr ||
+        priv_len > kRcMaxUserPriv || (priv_len > 0 && priv == nullptr)) {
+        LOOM_LOG_ERROR("rc/{}: reject: {}", resource().dev_name,
+                       priv_len > kRcMaxUserPriv ? fmt::format("{} bytes of private data (at most {})", priv_len,
+                                                               kRcMaxUserPriv)
+                                                 : std::string("not a pending request of this iface"));
+        return Status::invalid_param;
+    }
+    rdma_cm_id* id = request->id;
+    RcListener* listener = request->listener;
+    std::vector<std::uint8_t> buf = with_user_priv(cm_private(), priv, priv_len);
+    int rc = rdma_reject(id, buf.data(), static_cast<std::uint8_t>(buf.size()));
+    LOOM_LOG_DEBUG("rc/{}: rejected the connection request from {}", resource().dev_name, request->peer_text);
+    cm_dead_ids_.push_back(id);
+    cm_countdown_ = 1;  // destroyed at the next progress call
+    if (!listener->take(request)) return Status::invalid_param;
+    return rc == 0 ? Status::ok : Status::io_error;
+}
+
+void RcIface::cm_listener_request(RcListener* listener, rdma_cm_event* event, rdma_cm_id*& reject) {
+    const std::string& name = resource().dev_name;
+    rdma_cm_id* id = event->id;
+    id->context = nullptr;  // not an endpoint (yet): cm_handle ignores its events
+    std::string peer = sockaddr_text(rdma_get_peer_addr(id));
+    auto refuse = [&](const std::string& why) {
+        LOOM_LOG_WARN("rc/{}: refused a client connection from {}: {}", name, peer, why);
+        (void)rdma_reject(id, nullptr, 0);
+        reject = id;
+    };
+    RcCmPrivate header{};
+    const std::uint8_t* user = nullptr;
+    std::size_t user_len = 0;
+    if (!user_part(event->param.conn.private_data, event->param.conn.private_data_len, header, user, user_len)) {
+        refuse("no valid Loom connection data");
+        return;
+    }
+    if (header.window == 0 || header.seg_size != seg_size) {
+        refuse(fmt::format("its LOOM_IB_SEG_SIZE is {}, this iface's {}", header.seg_size, seg_size));
+        return;
+    }
+    if (id->verbs != md_->context()) {
+        refuse("it arrived on another device");
+        return;
+    }
+    auto request = std::make_unique<RcConnRequest>();
+    request->iface = this;
+    request->listener = listener;
+    request->id = id;
+    request->peer = header;
+    request->user_priv.assign(user, user + user_len);
+    request->peer_text = peer;
+    RcConnRequest* raw = request.get();
+    listener->requests.push_back(std::move(request));
+    LOOM_LOG_DEBUG("rc/{}: connection request from {} ({} bytes of private data)", name, peer, user_len);
+    listener->notify(raw);
+}
+
+Result<RcEp*> RcIface::cm_accept_request(RcConnRequest* request, const EpParams& params) {
+    const std::string& name = resource().dev_name;
+    if (request->iface != this || request->listener == nullptr ||
+        std::find_if(request->listener->requests.begin(), request->listener->requests.end(),
+                     [&](const auto& r) { return r.get() == request; }) == request->listener->requests.end()) {
+        LOOM_LOG_ERROR("rc/{}: ep_create: the connection request is not a pending one of this iface", name);
+        return Status::invalid_param;
+    }
+    rdma_cm_id* id = request->id;
+    auto created = new_ep(params, false);
+    if (!created) {
+        (void)reject(request, nullptr, 0);
+        return created.status();
+    }
+    RcEp* ep = *created;
+    ep->cold->on_connect = params.on_connect;
+    ep->cold->on_connect_arg = params.on_connect_arg;
+    ep->cold->peer = request->peer_text;
+    ep->cold->peer_window = request->peer.window;
+    ep->cold->flush_addr = request->peer.flush_addr;
+    ep->cold->flush_rkey = request->peer.flush_rkey;
+    Status status = create_qp(ep, id);
+    if (status == Status::ok) {
+        id->context = ep;
+        if (srq_ == nullptr) status = post_rx_qp(ep, static_cast<int>(fc_window_ + kGrantSlots));
+    }
+    if (status == Status::ok) {
+        std::vector<std::uint8_t> buf = with_user_priv(cm_private(), params.priv_data, params.priv_len);
+        rdma_conn_param param{};
+        param.private_data = buf.data();
+        param.private_data_len = static_cast<std::uint8_t>(buf.size());
+        param.responder_resources = static_cast<std::uint8_t>(
+            std::min<std::uint32_t>(max_dest_rd_atomic_, max_rd_atomic_));
+        param.initiator_depth = static_cast<std::uint8_t>(max_rd_atomic_);
+        param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
+        param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+        if (rdma_accept(id, &param) != 0) {
+            LOOM_LOG_ERROR("rc/{}: rdma_accept of {} failed: {}", name, request->peer_text, std::strerror(errno));
+            status = Status::io_error;
+        }
+    }
+    request->listener->take(request);  // answered either way; the id now belongs to the endpoint
+    if (status != Status::ok) {
+        if (ep->cold->cm_id == nullptr) {
+            (void)rdma_reject(id, nullptr, 0);
+            cm_dead_ids_.push_back(id);
+        }
+        id->context = nullptr;
+        ep->cold->on_connect = nullptr;
+        std::erase(eps_, ep);
+        release_rx(ep);
+        delete_ep(ep);
+        return status;
+    }
+    cm_set_state(ep, CmState::accepting);
+    LOOM_LOG_DEBUG("rc/{}: accepted the client connection from {} on QP {:#x}", name, ep->cold->peer, ep->qp_num);
+    return ep;
+}
+
+Status RcIface::cm_connect_sockaddr(RcEp* ep, const sockaddr* dst) {
+    const std::string& name = resource().dev_name;
+    rdma_cm_id* id = nullptr;
+    if (rdma_create_id(cm_channel_, &id, ep, RDMA_PS_TCP) != 0) {
+        LOOM_LOG_ERROR("rc/{}: rdma_create_id failed: {}", name, std::strerror(errno));
+        return Status::no_resource;
+    }
+    ep->cold->cm_id = id;
+    sockaddr_storage src = make_sockaddr(ip_->family, ip_->bytes, 0);
+    ep->cold->peer = sockaddr_text(dst);
+    if (rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), const_cast<sockaddr*>(dst),
+                          timeout_ms(config_.cm_timeout)) != 0) {
+        LOOM_LOG_ERROR("rc/{}: rdma_resolve_addr({}) failed: {}", name, ep->cold->peer, std::strerror(errno));
+        return Status::unreachable;
+    }
+    cm_set_state(ep, CmState::resolving_addr);
+    return Status::ok;
+}
+
+void RcIface::cm_close_listeners() {
+    while (!listeners_.empty()) {
+        LOOM_LOG_WARN("rc/{}: the iface is closed before one of its listeners; it stops listening",
+                      resource().dev_name);
+        listeners_.back()->detach();
+    }
+}
+
+bool RcIface::report_connect_failure(RcEp* ep, Status status, const void* data, std::size_t len) {
+    if (ep->cold->on_connect == nullptr || (ep->flags & kEpConnected) || ep->cold->error_reported) return false;
+    ep->cold->error_reported = true;  // the failure is told here, not to on_error
+    RcCmPrivate header{};
+    const std::uint8_t* user = nullptr;
+    std::size_t user_len = 0;
+    if (!user_part(data, len, header, user, user_len)) {
+        user = nullptr;
+        user_len = 0;
+    }
+    ep->cold->on_connect(ep->cold->on_connect_arg, ep, status, user, user_len);
+    return true;
 }
 
 }  // namespace loom::uct::ib

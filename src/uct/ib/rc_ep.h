@@ -34,6 +34,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom::uct::ib {
 
@@ -123,6 +124,9 @@ struct RcEpCold {
     CmState cm_state = CmState::none;
     std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)
     std::uint16_t peer_window = 0;                   ///< accepted connections: the credits the peer offered
+    ConnectCallback on_connect = nullptr;            ///< client/server endpoints (EpParams::on_connect)
+    void* on_connect_arg = nullptr;
+    std::vector<std::uint8_t> user_priv;             ///< client: private data for the connect request
     std::uint32_t flush_rkey = 0;                    ///< iWARP: the peer's flush word (RcCmPrivate)
     std::uint64_t flush_addr = 0;
     std::chrono::steady_clock::time_point deadline;  ///< failed or closing: when to stop waiting for flushes

@@ -342,6 +342,7 @@ Status RcIface::init_pools() {
 
 RcIface::~RcIface() {
     progress_disable();
+    cm_close_listeners();
     // Endpoints first (their QPs reference the CQs and the SRQ), without waiting for anything.
     for (RcEp* ep : eps_) {
         discard_ops(ep);
@@ -358,6 +359,7 @@ RcIface::~RcIface() {
         flushes_ = f->next;
         delete f;
     }
+    for (rdma_cm_id* id : cm_dead_ids_) (void)rdma_destroy_id(id);
     if (cm_listen_id_ != nullptr) (void)rdma_destroy_id(cm_listen_id_);
     if (cm_channel_ != nullptr) rdma_destroy_event_channel(cm_channel_);
     if (srq_ != nullptr) (void)ibv_destroy_srq(srq_);
@@ -384,7 +386,8 @@ Status RcIface::query(IfaceAttr& attr) const {
                      kCapGetZcopy | kCapErrHandlingPeerFailure;
     if (max_am_short > 0) attr.cap_flags |= kCapAmShort;
     if (max_inline > 0) attr.cap_flags |= kCapPutShort;
-    attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface : kCapConnectToEp;
+    attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr : kCapConnectToEp;
+    attr.max_conn_priv = use_rdmacm_ ? kRcMaxUserPriv : 0;
     if (atomics_) {
         attr.cap_flags |= kCapAtomic64;
         attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap);
@@ -635,6 +638,44 @@ Status RcIface::qp_to_init(RcEp* ep) {
 
 Result<Ep*> RcIface::ep_create(const EpParams& params) {
     const std::string& name = resource().dev_name;
+    if (params.peer_sockaddr != nullptr || params.conn_request != nullptr) {
+        // Client/server: through rdma_cm, with the user's private data.
+        if (!use_rdmacm_) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: client/server connections go through rdma_cm, which this iface "
+                           "does not use (set LOOM_IB_CM=rdmacm; iWARP always uses it)",
+                           name);
+            return Status::unsupported;
+        }
+        if (params.priv_len > kRcMaxUserPriv || (params.priv_len > 0 && params.priv_data == nullptr)) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: {} bytes of private data (at most {})", name, params.priv_len,
+                           kRcMaxUserPriv);
+            return Status::invalid_param;
+        }
+        if (params.conn_request != nullptr) {
+            auto ep = cm_accept_request(static_cast<RcConnRequest*>(params.conn_request), params);
+            if (!ep) return ep.status();
+            return static_cast<Ep*>(*ep);
+        }
+        if ((params.peer_sockaddr->sa_family != AF_INET || params.peer_sockaddr_len < sizeof(sockaddr_in)) &&
+            (params.peer_sockaddr->sa_family != AF_INET6 || params.peer_sockaddr_len < sizeof(sockaddr_in6))) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: not an IPv4 or IPv6 socket address", name);
+            return Status::invalid_address;
+        }
+        auto ep = new_ep(params, false);
+        if (!ep) return ep.status();
+        (*ep)->cold->on_connect = params.on_connect;
+        (*ep)->cold->on_connect_arg = params.on_connect_arg;
+        const auto* user = static_cast<const std::uint8_t*>(params.priv_data);
+        if (params.priv_len > 0) (*ep)->cold->user_priv.assign(user, user + params.priv_len);
+        if (Status s = cm_connect_sockaddr(*ep, params.peer_sockaddr); s != Status::ok) {
+            (*ep)->flags |= kEpClosing;
+            std::erase(eps_, *ep);
+            release_rx(*ep);
+            delete_ep(*ep);
+            return s;
+        }
+        return static_cast<Ep*>(*ep);
+    }
     if (params.dev_addr != nullptr || params.iface_addr != nullptr) {
         RcDeviceAddress dev;
         RcIfaceAddress iface;

@@ -45,6 +45,17 @@
 
 namespace loom::uct::ib {
 
+class RcListener;
+
+/** A client's connection request, waiting for ep_create(conn_request) or reject. */
+struct RcConnRequest : ConnRequest {
+    RcListener* listener = nullptr;
+    rdma_cm_id* id = nullptr;
+    RcCmPrivate peer{};                   ///< the client's Loom header (window, flush word)
+    std::vector<std::uint8_t> user_priv;  ///< the client's private data
+    std::string peer_text;                ///< for log lines
+};
+
 class IbMd;
 
 /** An iface flush in progress: completes the user's Completion when every endpoint's part is done. */
@@ -88,6 +99,9 @@ public:
                       std::size_t iface_addr_len, std::string* reason) const override;
     Result<Ep*> ep_create(const EpParams& params) override;
     void ep_destroy(Ep* ep) override;
+    /** Listens on an rdma_cm id of its own (rdma_cm ifaces only); destroy listeners before the iface. */
+    Result<std::unique_ptr<Listener>> listen(const ListenParams& params) override;
+    Status reject(ConnRequest* request, const void* priv, std::size_t priv_len) override;
     Status ep_get_address(Ep* ep, std::uint8_t* out) override;
     Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
                             const std::uint8_t* ep_addr, std::size_t ep_addr_len) override;
@@ -187,7 +201,15 @@ private:
     void unlink_flush(IfaceFlush* flush);
 
     // rdma_cm (rc_cm.cc)
+    friend class RcListener;
     Status cm_listen();
+    Status cm_connect_sockaddr(RcEp* ep, const sockaddr* dst);
+    /** Stops the listeners the user still holds (their ids use this iface's channel). */
+    void cm_close_listeners();
+    Result<RcEp*> cm_accept_request(RcConnRequest* request, const EpParams& params);
+    void cm_listener_request(RcListener* listener, rdma_cm_event* event, rdma_cm_id*& reject);
+    /** Calls the endpoint's on_connect with a failure, once; true when it did (on_error stays quiet). */
+    bool report_connect_failure(RcEp* ep, Status status, const void* data, std::size_t len);
     Status cm_connect(RcEp* ep, const RcDeviceAddress& dev, std::uint16_t port);
     unsigned cm_poll();
     void cm_handle(rdma_cm_event* event, rdma_cm_id*& reject);
@@ -236,6 +258,8 @@ private:
 
     rdma_event_channel* cm_channel_ = nullptr;
     rdma_cm_id* cm_listen_id_ = nullptr;
+    std::vector<RcListener*> listeners_;  ///< client/server listeners (Iface::listen)
+    std::vector<rdma_cm_id*> cm_dead_ids_;  ///< to destroy once no event of theirs is being handled
     std::uint16_t cm_port_ = 0;
     unsigned cm_countdown_ = 1;
     unsigned cm_busy_ = 0;  ///< endpoints in connection set-up

@@ -60,7 +60,7 @@ static_assert(sizeof(RcEpAddress) == 16);
  */
 struct RcCmPrivate {
     std::uint8_t version;
-    std::uint8_t reserved;
+    std::uint8_t user_len;  ///< bytes of the user's private data after this struct (client/server)
     std::uint16_t window;
     std::uint32_t seg_size;
     std::uint64_t flush_addr;
@@ -68,6 +68,13 @@ struct RcCmPrivate {
     std::uint32_t reserved2;
 };
 static_assert(sizeof(RcCmPrivate) == 24);
+
+/**
+ * Most user private data in a request, an accept or a reject: what rdma_cm carries on
+ * InfiniBand and RoCE in a connect request (56 bytes) minus Loom's header. iWARP
+ * carries more, but one limit for all keeps applications portable.
+ */
+inline constexpr std::size_t kRcMaxUserPriv = 56 - sizeof(RcCmPrivate);
 
 /** Flags of an active message header. */
 enum AmHdrFlags : std::uint8_t {
