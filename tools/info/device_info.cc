@@ -64,10 +64,13 @@ void print_iface(uct::Md& md, const uct::TlResource& tl) {
                     (c & uct::kCapAtomic32) ? atomic_text(attr.atomic32_ops).c_str() : "none",
                     (c & uct::kCapAtomic64) ? atomic_text(attr.atomic64_ops).c_str() : "none");
     }
-    std::printf("#      connect: %s%s%s   error handling: %s   pending queue: %s\n",
+    std::string client_server =
+        (c & uct::kCapConnectToSockaddr) ? ", client/server (" + std::to_string(attr.max_conn_priv) + " B private data)"
+                                         : "";
+    std::printf("#      connect: %s%s%s%s   error handling: %s   pending queue: %s\n",
                 (c & uct::kCapConnectToIface) ? "to iface" : "",
                 (c & uct::kCapConnectToIface) && (c & uct::kCapConnectToEp) ? ", " : "",
-                (c & uct::kCapConnectToEp) ? "to ep" : "",
+                (c & uct::kCapConnectToEp) ? "to ep" : "", client_server.c_str(),
                 (c & uct::kCapErrHandlingPeerFailure) ? "peer failure" : "none",
                 (c & uct::kCapPending) ? "yes" : "no");
     std::printf("#      addresses: device %zu B, iface %zu B, ep %zu B; endpoint object %zu B\n",

@@ -205,12 +205,33 @@ Status setup_buffers(const Params& params, Side& side) {
     return Status::ok;
 }
 
-/** What a peer needs: device and iface addresses, the packed key and address of its receive buffer. */
-std::vector<std::uint8_t> pack_info(Side& side) {
-    std::vector<std::uint8_t> dev(side.attr.device_addr_len), iface(side.attr.iface_addr_len);
+/** True when the transport connects endpoint to endpoint only (rc over verbs: RoCE, InfiniBand). */
+bool connects_to_ep(const Side& side) {
+    return !(side.attr.cap_flags & uct::kCapConnectToIface) && (side.attr.cap_flags & uct::kCapConnectToEp);
+}
+
+/**
+ * What a peer needs: device and iface addresses, the endpoint address (connect-to-ep
+ * transports: the endpoint is created here, connected later by connect_side), the
+ * packed key and address of its receive buffer.
+ */
+Result<std::vector<std::uint8_t>> pack_info(Side& side) {
+    std::vector<std::uint8_t> dev(side.attr.device_addr_len), iface(side.attr.iface_addr_len), ep_addr;
     std::vector<std::uint8_t> rkey(side.md_attr.rkey_packed_size);
     (void)side.iface->get_device_address(dev.data());
     (void)side.iface->get_address(iface.data());
+    if (connects_to_ep(side)) {
+        if (side.ep == nullptr) {
+            auto ep = side.iface->ep_create(uct::EpParams{});
+            if (!ep) {
+                LOOM_LOG_ERROR("perftest: cannot create an endpoint: {}", to_string(ep.status()));
+                return ep.status();
+            }
+            side.ep = *ep;
+        }
+        ep_addr.resize(side.attr.ep_addr_len);
+        if (Status s = side.iface->ep_get_address(side.ep, ep_addr.data()); s != Status::ok) return s;
+    }
     if (side.recv_memh && !rkey.empty()) (void)side.md->mkey_pack(side.recv_memh, rkey.data());
     std::vector<std::uint8_t> blob;
     auto put = [&](const std::vector<std::uint8_t>& part) {
@@ -220,6 +241,7 @@ std::vector<std::uint8_t> pack_info(Side& side) {
     };
     put(dev);
     put(iface);
+    put(ep_addr);
     put(rkey);
     std::uint64_t addr = reinterpret_cast<std::uint64_t>(side.recv_buf);
     blob.insert(blob.end(), reinterpret_cast<std::uint8_t*>(&addr), reinterpret_cast<std::uint8_t*>(&addr) + 8);
@@ -229,7 +251,7 @@ std::vector<std::uint8_t> pack_info(Side& side) {
 Status connect_side(Side& side, const std::vector<std::uint8_t>& peer) {
     std::vector<std::vector<std::uint8_t>> parts;
     std::size_t pos = 0;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
         std::uint32_t n;
         if (pos + 4 > peer.size()) return Status::malformed_packet;
         std::memcpy(&n, peer.data() + pos, 4);
@@ -240,18 +262,29 @@ Status connect_side(Side& side, const std::vector<std::uint8_t>& peer) {
     }
     if (pos + 8 != peer.size()) return Status::malformed_packet;
     std::memcpy(&side.peer_recv_addr, peer.data() + pos, 8);
-    uct::EpParams ep_params;
-    ep_params.dev_addr = parts[0].data();
-    ep_params.dev_addr_len = parts[0].size();
-    ep_params.iface_addr = parts[1].data();
-    ep_params.iface_addr_len = parts[1].size();
-    auto ep = side.iface->ep_create(ep_params);
-    if (!ep) {
-        LOOM_LOG_ERROR("perftest: cannot create an endpoint to the peer: {}", to_string(ep.status()));
-        return ep.status();
+    if (connects_to_ep(side)) {
+        // pack_info made the endpoint; now it learns the peer's.
+        if (side.ep == nullptr) return Status::invalid_param;
+        if (Status s = side.iface->ep_connect_to_ep(side.ep, parts[0].data(), parts[0].size(), parts[2].data(),
+                                                    parts[2].size());
+            s != Status::ok) {
+            LOOM_LOG_ERROR("perftest: cannot connect to the peer's endpoint: {}", to_string(s));
+            return s;
+        }
+    } else {
+        uct::EpParams ep_params;
+        ep_params.dev_addr = parts[0].data();
+        ep_params.dev_addr_len = parts[0].size();
+        ep_params.iface_addr = parts[1].data();
+        ep_params.iface_addr_len = parts[1].size();
+        auto ep = side.iface->ep_create(ep_params);
+        if (!ep) {
+            LOOM_LOG_ERROR("perftest: cannot create an endpoint to the peer: {}", to_string(ep.status()));
+            return ep.status();
+        }
+        side.ep = *ep;
     }
-    side.ep = *ep;
-    auto rkey = side.component->rkey_unpack(parts[2].data(), parts[2].size());
+    auto rkey = side.component->rkey_unpack(parts[3].data(), parts[3].size());
     if (!rkey) {
         LOOM_LOG_ERROR("perftest: cannot unpack the peer's remote key: {}", to_string(rkey.status()));
         return rkey.status();
@@ -612,15 +645,21 @@ Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptio
         Side peer;
         if (Status s = open_side(params, peer); s != Status::ok) return s;
         if (Status s = setup_buffers(params, peer); s != Status::ok) return s;
-        if (Status s = connect_side(me, pack_info(peer)); s != Status::ok) return s;
-        if (Status s = connect_side(peer, pack_info(me)); s != Status::ok) return s;
+        auto my_info = pack_info(me);
+        auto peer_info = pack_info(peer);
+        if (!my_info) return my_info.status();
+        if (!peer_info) return peer_info.status();
+        if (Status s = connect_side(me, *peer_info); s != Status::ok) return s;
+        if (Status s = connect_side(peer, *my_info); s != Status::ok) return s;
         print_header(out, params);
         Status s = run_initiator(params, me, &peer, out, report);
         if (s == Status::ok) progress_until(peer, [&] { return peer.done; });
         return s;
     }
 
-    if (Status s = oob->send_blob(pack_info(me)); s != Status::ok) return s;
+    auto my_info = pack_info(me);
+    if (!my_info) return my_info.status();
+    if (Status s = oob->send_blob(*my_info); s != Status::ok) return s;
     std::vector<std::uint8_t> peer_info;
     if (Status s = oob->recv_blob(peer_info); s != Status::ok) return s;
     if (Status s = connect_side(me, peer_info); s != Status::ok) return s;
