@@ -213,6 +213,8 @@ Status RcIface::init() {
     if (Status s = init_pools(); s != Status::ok) return s;
     if (use_rdmacm_) {
         if (Status s = cm_listen(); s != Status::ok) return s;
+        cm_last_poll_ = ucs::get_time();  // also starts the clock before the conversion below
+        cm_idle_ticks_ = ucs::us_to_ticks(kCmIdlePollUs);
     }
     LOOM_LOG_DEBUG(
         "rc/{}: iface open: {}, {} connect, path MTU {}, inline {}, sge {}/{} (read), {} , window {}", name,

@@ -24,7 +24,8 @@
  *    connects; the peer iface accepts on an endpoint of its own (kEpPassive, never seen
  *    by the user) that receives the messages and returns credits. The rdma_cm event
  *    channel is polled from progress: every progress call while a connection is being
- *    set up, else every kCmPollInterval-th call, so idle progress makes no system call.
+ *    set up, else at most every kCmIdlePollUs (checked every kCmPollInterval-th call), so
+ *    idle progress makes almost no system calls.
  */
 #pragma once
 
@@ -34,6 +35,7 @@
 #include "uct/ib/rc_ep.h"
 
 #include "ucs/memory/mem_pool.h"
+#include "ucs/time/clock.h"
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -80,6 +82,8 @@ class RcIface final : public Iface {
 public:
     /** rdma_cm channel polling interval of an idle iface, in progress calls. */
     static constexpr unsigned kCmPollInterval = 64;
+    /** rdma_cm channel polling interval of an idle iface, in microseconds (new requests, disconnects). */
+    static constexpr unsigned kCmIdlePollUs = 1000;
 
     /** Receive buffers an endpoint reserves beyond its window: room for the two grants that can be
      * unconsumed. */
@@ -262,6 +266,8 @@ private:
     std::vector<rdma_cm_id*> cm_dead_ids_;  ///< to destroy once no event of theirs is being handled
     std::uint16_t cm_port_ = 0;
     unsigned cm_countdown_ = 1;
+    ucs::Ticks cm_last_poll_ = 0;
+    ucs::Ticks cm_idle_ticks_ = 0;  ///< kCmIdlePollUs in clock ticks (set by init, once the clock runs)
     unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
 };
 

@@ -55,7 +55,13 @@ unsigned RcIface::progress() {
     if (LOOM_UNLIKELY(!failed_unreported_.empty())) report_errors();
     if (LOOM_UNLIKELY(!closing_.empty())) reap_closing();
     if (cm_channel_ != nullptr && --cm_countdown_ == 0) {
-        count += cm_poll();
+        // An idle iface reads its rdma_cm channel (a system call) at most every
+        // kCmIdlePollUs: a busy-polling application must not pay one per 64 progress calls.
+        ucs::Ticks now = ucs::get_time();
+        if (cm_busy_ != 0 || !cm_dead_ids_.empty() || now - cm_last_poll_ >= cm_idle_ticks_) {
+            count += cm_poll();
+            cm_last_poll_ = now;
+        }
         cm_countdown_ = cm_busy_ != 0 ? 1 : kCmPollInterval;
     }
     return count;
