@@ -29,6 +29,13 @@ check_output "-cf documents the syntax"           '^# Syntax: +all, a comma-sepa
 check_output "-cm prints a Markdown table"        '^\| `LOOM_MODULES` \| `all` \|'          $noenv "$info" -cm
 check_output "-m without -c is explained"         '-m only goes with -c'                    "$info" -m
 check_output "unknown variable gets a suggestion" 'LOOM_LOG_LEVL; did you mean LOOM_LOG_LEVEL\?' env LOOM_LOG_LEVL=debug "$info" -c
+# Transport modules' variables (LOOM_IB_*): listed by -c and never called unknown.
+if [ -f "${LOOM_MODULE_DIR:-/nonexistent}/libloom_uct_ib.so" ]; then
+    check_output "-c lists a module's variables"      '^LOOM_IB_TX_QUEUE_LEN=64$'  env LOOM_IB_TX_QUEUE_LEN=64 "$info" -c
+    check_output "a module's variable is not unknown" '^0$'  bash -c "LOOM_IB_TX_QUEUE_LEN=64 '$info' -c 2>&1 | grep -c 'unknown configuration variable'"
+else
+    tap_n=$((tap_n + 1)); echo "ok $tap_n - -c lists a module's variables # SKIP the ib module was not built"
+fi
 check        "bad LOOM_MODULES fails -c"          bash -c "! LOOM_MODULES=all,tcp '$info' -c"
 check        "bad LOOM_LOG_LEVEL does not abort"  env LOOM_LOG_LEVEL=loud "$info" -v
 check_output "bad LOOM_LOG_LEVEL is named once"   '^1$'  bash -c "LOOM_LOG_LEVEL=loud '$info' -v 2>&1 | grep -c 'LOOM_LOG_LEVEL=loud: invalid log level'"

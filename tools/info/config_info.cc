@@ -7,6 +7,7 @@
 
 #include "ucs/config/registry.h"
 #include "ucs/config/table.h"
+#include "ucs/sys/module.h"
 
 #include <cstdio>
 #include <string>
@@ -126,6 +127,9 @@ modules add their own tables.
 }  // namespace
 
 int print_config(bool with_docs) {
+    // Transport modules add their tables (LOOM_IB_*) when they load: list those too, and
+    // do not call their variables unknown.
+    (void)ucs::load_modules("uct");
     config::warn_unknown_variables();
     int rc = 0;
     bool first_table = true;

@@ -5,6 +5,7 @@
 #include "perftest.h"
 
 #include "ucs/config/registry.h"
+#include "ucs/sys/module.h"
 
 #include <getopt.h>
 #include <sched.h>
@@ -236,6 +237,8 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    // Transport modules first: their tables (LOOM_IB_*) are known only once they are loaded.
+    (void)loom::ucs::load_modules("uct");
     loom::ucs::config::warn_unknown_variables();
 
     Report report;
