@@ -519,10 +519,19 @@ Result<std::unique_ptr<Listener>> RcIface::listen(const ListenParams& params) {
     return std::unique_ptr<Listener>(std::move(listener));
 }
 
+RcConnRequest* RcIface::find_request(ConnRequest* base) const {
+    // Compared by address only: a request already answered is freed, and must not be read.
+    for (RcListener* listener : listeners_) {
+        for (const auto& request : listener->requests) {
+            if (request.get() == base) return request.get();
+        }
+    }
+    return nullptr;
+}
+
 Status RcIface::reject(ConnRequest* base, const void* priv, std::size_t priv_len) {
-    auto* request = static_cast<RcConnRequest*>(base);
-    if (request == nullptr || request->iface != this || request->listener == nullptr ||
-        priv_len > kRcMaxUserPriv || (priv_len > 0 && priv == nullptr)) {
+    RcConnRequest* request = find_request(base);
+    if (request == nullptr || priv_len > kRcMaxUserPriv || (priv_len > 0 && priv == nullptr)) {
         LOOM_LOG_ERROR("rc/{}: reject: {}", resource().dev_name,
                        priv_len > kRcMaxUserPriv ? fmt::format("{} bytes of private data (at most {})", priv_len,
                                                                kRcMaxUserPriv)
@@ -580,9 +589,7 @@ void RcIface::cm_listener_request(RcListener* listener, rdma_cm_event* event, rd
 
 Result<RcEp*> RcIface::cm_accept_request(RcConnRequest* request, const EpParams& params) {
     const std::string& name = resource().dev_name;
-    if (request->iface != this || request->listener == nullptr ||
-        std::find_if(request->listener->requests.begin(), request->listener->requests.end(),
-                     [&](const auto& r) { return r.get() == request; }) == request->listener->requests.end()) {
+    if (find_request(request) == nullptr) {
         LOOM_LOG_ERROR("rc/{}: ep_create: the connection request is not a pending one of this iface", name);
         return Status::invalid_param;
     }

@@ -212,6 +212,8 @@ private:
     void cm_close_listeners();
     Result<RcEp*> cm_accept_request(RcConnRequest* request, const EpParams& params);
     void cm_listener_request(RcListener* listener, rdma_cm_event* event, rdma_cm_id*& reject);
+    /** @p request when it is an unanswered request of one of this iface's listeners, else null. */
+    RcConnRequest* find_request(ConnRequest* request) const;
     /** Calls the endpoint's on_connect with a failure, once; true when it did (on_error stays quiet). */
     bool report_connect_failure(RcEp* ep, Status status, const void* data, std::size_t len);
     Status cm_connect(RcEp* ep, const RcDeviceAddress& dev, std::uint16_t port);
