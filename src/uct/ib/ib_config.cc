@@ -80,6 +80,13 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    &IbConfig::cm_timeout, cfg::TimeParser()),
         cfg::field("RX_BATCH", "16", "Completions taken from a completion queue at once.",
                    &IbConfig::rx_batch, cfg::SizeParser()),
+        cfg::field("RCACHE", "try",
+                   "Keep memory registrations in a registration cache (LOOM_RCACHE_*), so that registering "
+                   "the same memory again costs a lookup instead of a system call. try: use it when memory "
+                   "events work (LOOM_MEM_EVENTS is not none and its hooks work in this process), else "
+                   "register at every mem_reg; yes: opening a device fails without it; no: register at "
+                   "every mem_reg. Read when a device is opened.",
+                   &IbConfig::rcache, cfg::TernaryParser().disallow_auto()),
     }};
 
 }  // namespace

@@ -1,6 +1,8 @@
 /**
  * LOOM_IB_* configuration of the verbs transports: one table, filled per iface in
- * iface_open (environment, configuration file, then IfaceParams::config_overrides).
+ * iface_open (environment, configuration file, then IfaceParams::config_overrides),
+ * and by the md when it opens (environment and configuration file only: md_open takes
+ * no overrides), for the one field that belongs to the md, LOOM_IB_RCACHE.
  */
 #pragma once
 
@@ -42,6 +44,8 @@ struct IbConfig {
     unsigned service_level = 0;
     std::chrono::nanoseconds cm_timeout{};  ///< rdma_cm address and route resolution
     std::size_t rx_batch = 0;               ///< completions polled at once
+    /// LOOM_IB_RCACHE: mem_reg through the registration cache (try: when memory events work).
+    ucs::config::Ternary rcache = ucs::config::Ternary::try_;
 };
 
 /** The LOOM_IB_* table. */

@@ -3,9 +3,12 @@
 #include "uct/ib/ib_log.h"
 #include "uct/ib/rc_iface.h"
 
+#include "ucs/memory/memhooks.h"
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <new>
 
 namespace loom::uct::ib {
 
@@ -20,6 +23,26 @@ bool parse_dev_name(const std::string& dev_name, std::string& device, unsigned& 
     const char* last = dev_name.data() + dev_name.size();
     auto [ptr, ec] = std::from_chars(first, last, port);
     return ec == std::errc() && ptr == last && port > 0 && port < 256;
+}
+
+/**
+ * errno of the last ibv_reg_mr the cache's backend saw fail on this thread. The cache
+ * may register twice for one lookup (a merged region, then the request alone) or retry
+ * after evicting, so the backend only logs at debug level and acquire_region() reports
+ * the failure that reached the caller, once.
+ */
+thread_local int t_cache_reg_errno = 0;
+
+/** What a failed ibv_reg_mr means for the caller. */
+Status reg_status(int err) {
+    return err == ENOMEM ? Status::no_memory : Status::io_error;
+}
+
+/** Why Rcache::create() said unsupported, for the md's log line. */
+std::string cache_unavailable_reason() {
+    auto mode = ucs::read_mem_events_mode();
+    if (mode && *mode == ucs::MemEventsMode::none) return "memory events are off (LOOM_MEM_EVENTS=none)";
+    return "memory hooks do not work in this process (" + ucs::mem_hooks_info().detail + ")";
 }
 
 }  // namespace
@@ -52,18 +75,29 @@ IbMd::IbMd(const Component& component, const std::string& name, DeviceContext ct
 
 IbMd::~IbMd() {
     std::size_t leaked = 0;
-    for (MemRegion* region : regions_) {
-        ++leaked;
-        (void)ibv_dereg_mr(region->mr);
-        delete region;
+    for (auto& [region, handle] : regions_) {
+        leaked += handle.count;
+        if (handle.cached != nullptr) {
+            // Released here, so the cache does not warn about them a second time.
+            for (std::size_t i = 0; i < handle.count; ++i) rcache_->release(handle.cached);
+        } else {
+            (void)ibv_dereg_mr(region->mr);
+            delete region;
+        }
     }
+    regions_.clear();
     if (leaked != 0) LOOM_LOG_WARN("{}: closed with {} memory registrations still active", name(), leaked);
+    rcache_.reset();  // deregisters what it kept, while the protection domain exists
     if (int rc = ibv_dealloc_pd(pd_); rc != 0) {
         LOOM_LOG_WARN("{}: ibv_dealloc_pd failed: {} (resources still in use)", name(), std::strerror(rc));
     }
 }
 
 Result<std::unique_ptr<IbMd>> IbMd::open(const Component& component, const std::string& name) {
+    // The whole table, like the shm md: a bad LOOM_IB_* value stops the device here, with
+    // one line naming it, instead of at the first iface_open.
+    IbConfig config;
+    if (Status s = ucs::config::fill(ib_config_table(), config); s != Status::ok) return s;
     auto ctx = DeviceContext::open(name);
     if (!ctx) return ctx.status();
     auto dev = query_device(ctx->get());
@@ -73,7 +107,34 @@ Result<std::unique_ptr<IbMd>> IbMd::open(const Component& component, const std::
         LOOM_LOG_ERROR("{}: ibv_alloc_pd failed: {}", name, std::strerror(errno));
         return Status::no_resource;
     }
-    return std::unique_ptr<IbMd>(new IbMd(component, name, std::move(*ctx), std::move(*dev), pd));
+    std::unique_ptr<IbMd> md(new IbMd(component, name, std::move(*ctx), std::move(*dev), pd));
+    if (Status s = md->init_registration(config); s != Status::ok) return s;
+    return md;
+}
+
+Status IbMd::init_registration(const IbConfig& config) {
+    if (config.rcache == ucs::config::Ternary::no) {
+        LOOM_LOG_DIAG("{}: registering memory at every mem_reg (LOOM_IB_RCACHE=no)", name());
+        return Status::ok;
+    }
+    ucs::RcacheParams params;
+    params.name = name();
+    params.ops = {&IbMd::cache_register, &IbMd::cache_deregister};
+    params.context = this;
+    params.private_size = sizeof(MemRegion);
+    auto cache = ucs::Rcache::create(params);
+    if (cache) {
+        rcache_ = std::move(*cache);
+        return Status::ok;
+    }
+    if (cache.status() != Status::unsupported) return cache.status();  // a bad LOOM_RCACHE_* value, logged
+    const std::string why = cache_unavailable_reason();
+    if (config.rcache == ucs::config::Ternary::yes) {
+        LOOM_LOG_ERROR("{}: LOOM_IB_RCACHE=yes, but there can be no registration cache: {}", name(), why);
+        return Status::unsupported;
+    }
+    LOOM_LOG_DIAG("{}: registering memory at every mem_reg, without a registration cache: {}", name(), why);
+    return Status::ok;
 }
 
 Status IbMd::query(MdAttr& attr) const {
@@ -131,28 +192,102 @@ int IbMd::ibv_access(unsigned access) const noexcept {
     return flags;
 }
 
-Result<MemRegion*> IbMd::acquire_region(void* address, std::size_t length, unsigned access) {
-    ibv_mr* mr = ibv_reg_mr(pd_, address, length, ibv_access(access));
+ibv_mr* IbMd::register_mr(void* address, std::size_t length, int flags) noexcept {
+    return ibv_reg_mr(pd_, address, length, flags);
+}
+
+Status IbMd::cache_register(void* context, void* address, std::size_t length, unsigned flags,
+                            void* region_private) noexcept {
+    auto* md = static_cast<IbMd*>(context);
+    ibv_mr* mr = md->register_mr(address, length, static_cast<int>(flags));
     if (mr == nullptr) {
-        int err = errno;
-        LOOM_LOG_ERROR("{}: ibv_reg_mr({}, {} bytes, access {:#x}) failed: {}", name(), address, length,
-                       ibv_access(access), std::strerror(err));
-        return err == ENOMEM ? Status::no_memory : Status::io_error;
+        const int err = errno;
+        t_cache_reg_errno = err;
+        LOOM_LOG_DEBUG("{}: ibv_reg_mr({}, {} bytes, access {:#x}) failed: {}", md->name(), address, length,
+                       flags, std::strerror(err));
+        return reg_status(err);
     }
-    auto* region = new MemRegion{mr, access};
-    std::lock_guard guard(regions_lock_);
-    regions_.insert(region);
-    return region;
+    new (region_private) MemRegion{mr, static_cast<int>(flags)};
+    return Status::ok;
+}
+
+void IbMd::cache_deregister(void* context, void* address, std::size_t length, void* region_private) noexcept {
+    auto* md = static_cast<IbMd*>(context);
+    auto* region = static_cast<MemRegion*>(region_private);
+    if (int rc = ibv_dereg_mr(region->mr); rc != 0) {
+        LOOM_LOG_ERROR("{}: ibv_dereg_mr({}, {} bytes) failed: {}", md->name(), address, length,
+                       std::strerror(rc));
+    }
+}
+
+Result<MemRegion*> IbMd::acquire_region(void* address, std::size_t length, unsigned access) {
+    // The cache compares rights as opaque bit sets: it gets the ibv flags rather than the
+    // MemAccess bits, so requests the device cannot tell apart (local read and local write
+    // on iWARP, atomics on a device without them) share one registration.
+    const int flags = ibv_access(access);
+    if (rcache_ == nullptr) {
+        ibv_mr* mr = register_mr(address, length, flags);
+        if (mr == nullptr) {
+            const int err = errno;
+            LOOM_LOG_ERROR("{}: ibv_reg_mr({}, {} bytes, access {:#x}) failed: {}", name(), address, length,
+                           flags, std::strerror(err));
+            return reg_status(err);
+        }
+        auto* region = new (std::nothrow) MemRegion{mr, flags};
+        if (region != nullptr) {
+            try {
+                std::lock_guard guard(regions_lock_);
+                regions_.emplace(region, Handle{nullptr, 1});
+                return region;
+            } catch (const std::bad_alloc&) {
+            }
+        }
+        LOOM_LOG_ERROR("{}: out of memory for the handle of a registration", name());
+        (void)ibv_dereg_mr(mr);
+        delete region;
+        return Status::no_memory;
+    }
+
+    t_cache_reg_errno = 0;
+    ucs::RcacheRegion* cached = nullptr;
+    if (Status s = rcache_->lookup(address, length, static_cast<unsigned>(flags), cached); s != Status::ok) {
+        if (t_cache_reg_errno != 0) {  // else the cache logged why
+            LOOM_LOG_ERROR("{}: ibv_reg_mr({}, {} bytes, access {:#x}) failed: {}", name(), address, length,
+                           flags, std::strerror(t_cache_reg_errno));
+        }
+        return s;
+    }
+    auto* region = static_cast<MemRegion*>(cached->private_data());
+    try {
+        std::lock_guard guard(regions_lock_);
+        // A region is one handle however often it is looked up: count its holders.
+        ++regions_.try_emplace(region, Handle{cached, 0}).first->second.count;
+        return region;
+    } catch (const std::bad_alloc&) {
+        LOOM_LOG_ERROR("{}: out of memory for the handle of a registration", name());
+        rcache_->release(cached);
+        return Status::no_memory;
+    }
 }
 
 Status IbMd::release_region(MemRegion* region) {
+    ucs::RcacheRegion* cached;
     {
         std::lock_guard guard(regions_lock_);
-        if (regions_.erase(region) == 0) {
+        auto it = regions_.find(region);
+        if (it == regions_.end()) {
             LOOM_LOG_ERROR("{}: mem_dereg of a handle this memory domain did not give out ({})", name(),
                            static_cast<void*>(region));
             return Status::invalid_param;
         }
+        cached = it->second.cached;
+        if (--it->second.count == 0) regions_.erase(it);
+    }
+    if (cached != nullptr) {
+        // The last release of a region that left the cache (its memory was unmapped, or a
+        // merged registration replaced it) deregisters it; else it stays cached.
+        rcache_->release(cached);
+        return Status::ok;
     }
     int rc = ibv_dereg_mr(region->mr);
     delete region;
@@ -188,7 +323,8 @@ Status IbMd::mkey_pack(MemH memh, std::uint8_t* out) const {
 }
 
 ibv_mr* IbMd::reg_internal(void* address, std::size_t length, const char* what, unsigned access) {
-    ibv_mr* mr = ibv_reg_mr(pd_, address, length, ibv_access(access));
+    // Never cached: the transport keeps these for the life of the iface.
+    ibv_mr* mr = register_mr(address, length, ibv_access(access));
     if (mr == nullptr) {
         LOOM_LOG_ERROR("{}: cannot register {} ({} bytes): {}", name(), what, length, std::strerror(errno));
     }

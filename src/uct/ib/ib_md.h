@@ -3,22 +3,30 @@
  * protection domain, memory registration and remote keys.
  *
  * Registration goes through acquire_region() / release_region(), the only places
- * that call ibv_reg_mr / ibv_dereg_mr for user memory. A registration cache
- * (ucs/memory/rcache) plugs in there: acquire looks the range up and takes a
- * reference, release drops it; memory handles stay pointers to MemRegion.
+ * that register user memory. With the registration cache (ucs/memory/rcache,
+ * LOOM_IB_RCACHE) acquire looks the range up and takes a reference, and release drops
+ * it: the MemRegion lives in the cache region's private area, so registering the same
+ * memory again returns the same handle, and the handle stays valid until its last
+ * mem_dereg even when the cache has dropped the region meanwhile (its memory was
+ * unmapped, or a larger registration replaced it), since a held region stays
+ * registered. Without the cache (memory events off, LOOM_IB_RCACHE=no) acquire calls
+ * ibv_reg_mr and release ibv_dereg_mr. Either way the md counts the handles it gave
+ * out, to reject the ones it did not.
  */
 #pragma once
 
+#include "ucs/memory/rcache.h"
 #include "uct/api/uct.h"
 #include "uct/ib/ib_config.h"
 #include "uct/ib/ib_device.h"
 
 #include <infiniband/verbs.h>
 
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 
 namespace loom::uct::ib {
 
@@ -31,7 +39,9 @@ inline constexpr std::size_t kPackedRkeySize = 5;
 /** A registered memory range; memory handles of the ib md point at one. */
 struct MemRegion {
     ibv_mr* mr;
-    unsigned access;  ///< the MemAccess bits it was registered for
+    /// The ibv_access_flags it was registered with; a cached region may have more than a
+    /// mem_reg asked for (the cache serves subsets, and merges overlapping registrations).
+    int access_flags;
 };
 
 /** The ib component: every verbs device is a memory domain. */
@@ -78,18 +88,41 @@ public:
     bool rdmacm_usable() const noexcept { return ctx_.rdmacm_usable(); }
 
 private:
+    /** A handle given out by mem_reg and not yet released by as many mem_dereg calls. */
+    struct Handle {
+        ucs::RcacheRegion* cached;  ///< the cache region holding the MemRegion; nullptr: direct
+        std::size_t count;          ///< mem_reg calls that returned it (each holds one cache reference)
+    };
+
     IbMd(const Component& component, const std::string& name, DeviceContext ctx, DeviceInfo dev, ibv_pd* pd);
 
-    /** Registers [address, address+length) for @p access: the registration cache hook. */
+    /**
+     * Sets up registration for @p config: creates the cache, or decides (and logs at
+     * diag level, once) to register directly. Returns the status that fails md_open.
+     */
+    Status init_registration(const IbConfig& config);
+
+    /** Registers [address, address+length) for @p access: through the cache when there is one. */
     Result<MemRegion*> acquire_region(void* address, std::size_t length, unsigned access);
-    /** Releases a region from acquire_region. */
+    /** Releases a region from acquire_region; invalid_param (and one log line) for an unknown handle. */
     Status release_region(MemRegion* region);
+
+    /** ibv_reg_mr; nullptr with errno set on failure (the caller decides how loudly to log it). */
+    ibv_mr* register_mr(void* address, std::size_t length, int flags) noexcept;
+
+    /** RcacheOps::register_mem: a MemRegion in the cache region's private area. */
+    static Status cache_register(void* context, void* address, std::size_t length, unsigned flags,
+                                 void* region_private) noexcept;
+    /** RcacheOps::deregister_mem. */
+    static void cache_deregister(void* context, void* address, std::size_t length,
+                                 void* region_private) noexcept;
 
     DeviceContext ctx_;
     DeviceInfo dev_;
     ibv_pd* pd_;
-    std::mutex regions_lock_;  ///< mem_reg may be called from any thread
-    std::unordered_set<MemRegion*> regions_;
+    std::unique_ptr<ucs::Rcache> rcache_;  ///< null: every mem_reg calls ibv_reg_mr
+    std::mutex regions_lock_;              ///< mem_reg may be called from any thread
+    std::unordered_map<MemRegion*, Handle> regions_;
 };
 
 }  // namespace loom::uct::ib

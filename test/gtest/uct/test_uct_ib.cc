@@ -3,7 +3,9 @@
  * discovery and description, the GID choice, remote keys, traffic between two
  * devices (rxe0 -> rxe1, siw0 -> siw1: the realistic path, packets cross a wire),
  * flow control without receiver-not-ready, per-QP receive queues, rdma_cm on RoCE,
- * pending fairness, flush, and endpoint failure on a bad remote key or a dead peer.
+ * pending fairness, flush, endpoint failure on a bad remote key or a dead peer, and
+ * the md's registration cache: hits, and memory given back and obtained again at the
+ * same address, whose new pages the peer must receive rather than the old, pinned ones.
  *
  * They run wherever verbs devices exist (in CI: the rdma-vm with Soft-RoCE and
  * soft-iWARP) and skip elsewhere.
@@ -11,15 +13,24 @@
 #include "uct_test.h"
 
 #include "common/test_helpers.h"
+#include "ucs/memory/memhooks.h"
+#include "ucs/memory/pages.h"
+#include "uct/ib/ib_md.h"
 #include "uct/ib/rc_wire.h"
+
+#include <malloc.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -421,6 +432,105 @@ TEST_P(IbResourceTest, RemoteKeysAreValidated) {
     EXPECT_EQ(Status::ok, side.md().mem_dereg(*reg));
 }
 
+// These tests look at the ib md only through Md and its handles (MemRegion, a plain
+// struct): the test is not linked with the module, which holds IbMd's type information
+// that UBSan's checks of a downcast would need.
+
+/** The verbs registration behind a handle of the ib md. */
+const ibv_mr& mr_of(MemH memh) {
+    return *static_cast<const ib::MemRegion*>(memh)->mr;
+}
+
+/** True when @p md serves a second mem_reg of the same memory with the first registration. */
+bool md_caches(Md& md) {
+    std::vector<std::uint8_t> probe(4096);
+    auto a = md.mem_reg(probe.data(), probe.size(), kAccessLocalRead);
+    auto b = md.mem_reg(probe.data(), probe.size(), kAccessLocalRead);
+    const bool same = a.ok() && b.ok() && mr_of(*a).lkey == mr_of(*b).lkey;
+    if (a) {
+        EXPECT_EQ(Status::ok, md.mem_dereg(*a));
+    }
+    if (b) {
+        EXPECT_EQ(Status::ok, md.mem_dereg(*b));
+    }
+    return same;
+}
+
+/** The packed remote key of @p memh. */
+std::vector<std::uint8_t> packed_rkey(Md& md, MemH memh) {
+    std::vector<std::uint8_t> packed(RemoteBuffer::kIbRkeySize);
+    EXPECT_EQ(Status::ok, md.mkey_pack(memh, packed.data()));
+    return packed;
+}
+
+TEST_P(IbResourceTest, RegisteringTheSameMemoryAgainHitsTheCache) {
+    if (!ucs::mem_hooks_info().unmap_hooks) {
+        GTEST_SKIP() << "no memory hooks in this process: " << ucs::mem_hooks_info().detail;
+    }
+    Side side(GetParam());
+    std::vector<std::uint8_t> buffer(64 * 1024, 1);
+    auto first = side.md().mem_reg(buffer.data(), buffer.size(), kAccessAll);
+    ASSERT_TRUE(first.ok());
+    auto second = side.md().mem_reg(buffer.data(), buffer.size(), kAccessAll);
+    ASSERT_TRUE(second.ok());
+    // Fewer rights on part of it: served by the same registration too.
+    auto part = side.md().mem_reg(buffer.data() + 100, 1000, kAccessLocalRead);
+    ASSERT_TRUE(part.ok());
+    // Two registrations alive at once never share keys: equal keys are one registration.
+    EXPECT_EQ(mr_of(*first).lkey, mr_of(*second).lkey) << "registered again instead of hitting the cache";
+    EXPECT_EQ(mr_of(*first).rkey, mr_of(*second).rkey);
+    EXPECT_EQ(mr_of(*first).lkey, mr_of(*part).lkey);
+    EXPECT_EQ(packed_rkey(side.md(), *first), packed_rkey(side.md(), *second));
+    EXPECT_EQ(*first, *second) << "one registration, one handle";
+    const std::uint32_t lkey = mr_of(*first).lkey;
+    EXPECT_EQ(Status::ok, side.md().mem_dereg(*first));
+    EXPECT_EQ(Status::ok, side.md().mem_dereg(*part));
+    EXPECT_EQ(Status::ok, side.md().mem_dereg(*second));
+    {
+        // Every mem_reg has had its mem_dereg: one more is a handle the md no longer gave out.
+        loom::test::LogCapture capture("error");
+        EXPECT_EQ(Status::invalid_param, side.md().mem_dereg(*first));
+        EXPECT_EQ(1, capture.count("did not give out")) << capture.text();
+    }
+    // The registration outlives its last user: the next mem_reg is a hit as well.
+    auto again = side.md().mem_reg(buffer.data(), buffer.size(), kAccessLocalWrite);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(lkey, mr_of(*again).lkey);
+    EXPECT_EQ(Status::ok, side.md().mem_dereg(*again));
+}
+
+TEST_P(IbResourceTest, RegistrationCacheFollowsLoomIbRcache) {
+    std::vector<std::uint8_t> buffer(8192, 2);
+    {
+        loom::test::ScopedEnv rcache("LOOM_IB_RCACHE", "no");
+        Side side(GetParam());
+        // Every mem_reg is a registration of its own.
+        auto a = side.md().mem_reg(buffer.data(), buffer.size(), kAccessAll);
+        auto b = side.md().mem_reg(buffer.data(), buffer.size(), kAccessAll);
+        ASSERT_TRUE(a.ok() && b.ok());
+        EXPECT_NE(mr_of(*a).lkey, mr_of(*b).lkey);
+        EXPECT_EQ(Status::ok, side.md().mem_dereg(*a));
+        EXPECT_EQ(Status::ok, side.md().mem_dereg(*b));
+        loom::test::LogCapture capture("fatal");
+        EXPECT_EQ(Status::invalid_param, side.md().mem_dereg(*a)) << "released already";
+    }
+    loom::test::ScopedEnv events("LOOM_MEM_EVENTS", "none");
+    {
+        // try (the default): without memory events the md registers directly, and says why.
+        loom::test::LogCapture capture("diag");
+        auto md = GetParam().component->md_open(GetParam().md_name);
+        ASSERT_TRUE(md.ok());
+        EXPECT_EQ(1, capture.count("without a registration cache: memory events are off")) << capture.text();
+        EXPECT_FALSE(md_caches(**md));
+    }
+    {
+        loom::test::ScopedEnv rcache("LOOM_IB_RCACHE", "yes");
+        loom::test::LogCapture capture("error");
+        EXPECT_EQ(Status::unsupported, GetParam().component->md_open(GetParam().md_name).status());
+        EXPECT_EQ(1, capture.count("LOOM_IB_RCACHE=yes")) << capture.text();
+    }
+}
+
 TEST_P(IbResourceTest, ConnectModelIsEnforced) {
     Side side(GetParam());
     loom::test::LogCapture capture("fatal");
@@ -489,6 +599,12 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbResourceTest);
 // ---------------------------------------------------------------------------------------------
 // Two devices: traffic across the wire, flow control, pending, flush, failures.
 // ---------------------------------------------------------------------------------------------
+
+/** Memory that can be given back and asked for again: mmap/munmap, malloc/free, ... */
+struct Reusable {
+    std::function<void*()> allocate;  ///< nullptr on failure
+    std::function<void(void*)> release;
+};
 
 class IbPairTest : public testing::TestWithParam<Pair> {
 protected:
@@ -585,6 +701,96 @@ protected:
             << "connection never worked";
         received_.messages.clear();
         return ep;
+    }
+
+    /**
+     * put zcopy of [@p buf, @p buf + @p length), registered as @p memh, to @p remote at
+     * @p offset, in pieces the iface accepts, then a flush: the peer has the bytes now.
+     */
+    void put_zcopy_all(Ep* ep, const void* buf, std::size_t length, MemH memh, RemoteBuffer& remote,
+                       std::size_t offset = 0) {
+        const std::size_t step = std::min<std::size_t>(sender_->attr().put.max_zcopy, 256 * 1024);
+        for (std::size_t off = 0; off < length; off += step) {
+            Iov iov{static_cast<const std::uint8_t*>(buf) + off, std::min(step, length - off), memh};
+            CountingCompletion comp;
+            Status status;
+            while ((status = ep_put_zcopy(ep, &iov, 1, remote.addr(offset + off), remote.rkey.rkey, &comp)) ==
+                   Status::no_resource) {
+                progress();
+            }
+            ASSERT_NO_FATAL_FAILURE(finish(status, comp));
+        }
+        flush(ep);
+    }
+
+    /**
+     * The classic failure of a registration cache, over the wire. @p length bytes from
+     * @p memory.allocate are filled with 'A', registered, put into @p remote (a window at
+     * their start and one at their end, each half of @p remote at most), deregistered and
+     * given back; then allocated again until the same address comes back, with new pages,
+     * filled with 'B', registered and put again. The old pages stay pinned as long as a
+     * registration of them exists, so a registration the cache serves without having seen
+     * the memory go sends 'A's. With @p notify the application reports every release
+     * (memory_event_notify()). Returns the bytes of @p remote the puts wrote, as they are
+     * after the second one; nullopt after a failure.
+     */
+    std::optional<std::vector<std::uint8_t>> send_after_reuse(Ep* ep, RemoteBuffer& remote,
+                                                              std::size_t length, const Reusable& memory,
+                                                              bool notify = false) {
+        const std::size_t window = std::min(length, remote.data.size() / 2);
+        auto send = [&](std::uint8_t* p, std::uint8_t fill) {
+            std::memset(p, fill, length);  // written before registering: the registration pins these pages
+            auto reg = sender_->md().mem_reg(p, length, kAccessLocalRead);
+            if (!reg) {
+                ADD_FAILURE() << "mem_reg failed: " << to_string(reg.status());
+                return false;
+            }
+            put_zcopy_all(ep, p, window, *reg, remote, 0);
+            if (HasFatalFailure()) return false;
+            put_zcopy_all(ep, p + length - window, window, *reg, remote, window);
+            if (HasFatalFailure()) return false;
+            const Status dereg = sender_->md().mem_dereg(*reg);
+            EXPECT_EQ(Status::ok, dereg);
+            return dereg == Status::ok;
+        };
+        auto give_back = [&](void* p) {
+            memory.release(p);
+            if (notify) ucs::memory_event_notify(p, length);
+        };
+        auto written = [&] {
+            return std::vector<std::uint8_t>(remote.data.begin(), remote.data.begin() + 2 * window);
+        };
+
+        auto* p = static_cast<std::uint8_t*>(memory.allocate());
+        if (p == nullptr) {
+            ADD_FAILURE() << "cannot allocate " << length << " bytes";
+            return std::nullopt;
+        }
+        if (!send(p, 'A')) return std::nullopt;
+        const std::vector<std::uint8_t> first = written();
+        if (static_cast<std::size_t>(std::count(first.begin(), first.end(), 'A')) != first.size()) {
+            ADD_FAILURE() << "the first put did not arrive";
+            return std::nullopt;
+        }
+        const auto address = reinterpret_cast<std::uintptr_t>(p);
+        give_back(p);
+        // The allocator picks the address: keep what it returns until it is the old one.
+        std::vector<void*> others;
+        void* q = memory.allocate();
+        while (q != nullptr && reinterpret_cast<std::uintptr_t>(q) != address && others.size() < 8) {
+            others.push_back(q);
+            q = memory.allocate();
+        }
+        for (void* other : others) give_back(other);
+        if (reinterpret_cast<std::uintptr_t>(q) != address) {
+            ADD_FAILURE() << "the address " << reinterpret_cast<void*>(address) << " never came back";
+            if (q != nullptr) give_back(q);
+            return std::nullopt;
+        }
+        const bool sent = send(static_cast<std::uint8_t*>(q), 'B');
+        give_back(q);
+        if (!sent) return std::nullopt;
+        return written();
     }
 
     std::unique_ptr<Side> sender_, receiver_;
@@ -1119,6 +1325,148 @@ TEST_P(IbPairTest, ConnectionToAClosedIfaceFails) {
     EXPECT_EQ(1, errors.calls);
     EXPECT_TRUE(is_peer_error(errors.status)) << to_string(errors.status);
     sender_->iface().ep_destroy(*ep);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The md's registration cache across the wire: memory that went away must not be sent from
+// the pages it had, and a registration the cache dropped stays usable for its holder.
+// ---------------------------------------------------------------------------------------------
+
+/** Counts @p byte in @p data. */
+std::size_t count_of(const std::vector<std::uint8_t>& data, std::uint8_t byte) {
+    return static_cast<std::size_t>(std::count(data.begin(), data.end(), byte));
+}
+
+/** Anonymous mappings of @p length bytes, asking for the address given back last (a hint, not MAP_FIXED). */
+Reusable mapped_memory(std::size_t length) {
+    auto hint = std::make_shared<void*>(nullptr);
+    return {[length, hint]() -> void* {
+                void* p = ::mmap(*hint, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                return p == MAP_FAILED ? nullptr : p;
+            },
+            [length, hint](void* p) {
+                ::munmap(p, length);
+                *hint = p;
+            }};
+}
+
+/** The most send_after_reuse() puts from each end of a buffer. */
+constexpr std::size_t kPutWindow = 256 * 1024;
+
+/** Bytes the peer needs for send_after_reuse() of @p length bytes. */
+std::size_t remote_size(std::size_t length) {
+    return 2 * std::min(length, kPutWindow);
+}
+
+TEST_P(IbPairTest, RemappedBufferIsSentWithItsNewContents) {
+    open();
+    Ep* ep = connect();
+    constexpr std::size_t kSize = 1 << 20;
+    RemoteBuffer remote(*receiver_, *sender_, remote_size(kSize));
+    auto got = send_after_reuse(ep, remote, kSize, mapped_memory(kSize));
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->size(), count_of(*got, 'B'))
+        << count_of(*got, 'A') << " bytes came from the unmapped pages";
+}
+
+TEST_P(IbPairTest, ReallocatedBufferIsSentWithItsNewContents) {
+    if (ucs::mem_hooks_info().free_events != ucs::FreeEvents::glibc) {
+        // The sanitizer's allocator keeps freed blocks in quarantine, so their addresses do
+        // not come back soon (its free hook invalidates at free(), which ucs tests check).
+        GTEST_SKIP() << "needs glibc's malloc (free events here: "
+                     << ucs::to_string(ucs::mem_hooks_info().free_events) << ")";
+    }
+    open();
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 2 * kPutWindow);
+    // glibc serves a request from its heaps while a free chunk there is large enough; only
+    // then, from its mmap threshold up (32 MiB at most, however far the dynamic threshold
+    // has risen as mapped blocks were freed), it maps a block of its own, which free()
+    // unmaps: the classic case. Larger than both, the block is mapped wherever the heaps
+    // stand after the tests before this one.
+    const std::size_t large = std::max<std::size_t>(33u << 20, ((::mallinfo2().fordblks >> 20) + 2) << 20);
+    void* probe = std::malloc(large);
+    ASSERT_NE(nullptr, probe);
+    const bool mapped = reinterpret_cast<std::uintptr_t>(probe) % ucs::page_size() == 2 * sizeof(std::size_t);
+    std::free(probe);
+    ASSERT_TRUE(mapped) << "a block of " << large << " bytes is not mapped on its own";
+    auto got = send_after_reuse(ep, remote, large,
+                                {[large] { return std::malloc(large); }, [](void* p) { std::free(p); }});
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->size(), count_of(*got, 'B')) << count_of(*got, 'A') << " bytes came from the freed block";
+
+    // A block of a heap keeps its pages when it is freed, so a registration of them would
+    // still be right; malloc_trim() gives its free pages back, and reuse brings new ones.
+    // Blocks in use on both sides keep it from merging with a free neighbour, so that
+    // malloc returns its address again.
+    constexpr std::size_t kSmall = 24 * 1024;
+    std::vector<void*> guards;
+    Reusable heap{[&guards]() -> void* {
+                      if (!guards.empty()) return std::malloc(kSmall);
+                      guards.push_back(std::malloc(kSmall));
+                      void* block = std::malloc(kSmall);
+                      guards.push_back(std::malloc(kSmall));
+                      return block;
+                  },
+                  [](void* p) {
+                      std::free(p);
+                      ::malloc_trim(0);
+                  }};
+    got = send_after_reuse(ep, remote, kSmall, heap);
+    for (void* guard : guards) std::free(guard);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->size(), count_of(*got, 'B'))
+        << count_of(*got, 'A') << " bytes came from the trimmed pages";
+}
+
+TEST_P(IbPairTest, WithoutMemoryEventsTheCacheWouldSendStalePages) {
+    // What the two tests above guard against, shown on this device: a cache that does not
+    // see the unmap hands out the registration of the old pages, and the peer gets the old
+    // bytes. Reported by the application (memory_event_notify), the unmap is seen.
+    loom::test::ScopedEnv events("LOOM_MEM_EVENTS", "user");
+    open();
+    ASSERT_TRUE(md_caches(sender_->md())) << "with LOOM_MEM_EVENTS=user the md has a registration cache";
+    Ep* ep = connect();
+    constexpr std::size_t kSize = 1 << 20;
+    // One remote buffer for both runs: the receiver's cache does not see memory go either.
+    RemoteBuffer remote(*receiver_, *sender_, remote_size(kSize));
+    auto told = send_after_reuse(ep, remote, kSize, mapped_memory(kSize), true);
+    ASSERT_TRUE(told.has_value());
+    EXPECT_EQ(told->size(), count_of(*told, 'B')) << count_of(*told, 'A') << " stale bytes";
+    auto blind = send_after_reuse(ep, remote, kSize, mapped_memory(kSize));
+    ASSERT_TRUE(blind.has_value());
+    EXPECT_EQ(blind->size(), count_of(*blind, 'A')) << "the device did not send from the old, pinned pages";
+}
+
+TEST_P(IbPairTest, RegistrationDroppedByTheCacheStaysUsableUntilDeregistered) {
+    if (!ucs::mem_hooks_info().unmap_hooks) {
+        GTEST_SKIP() << "no memory hooks in this process: " << ucs::mem_hooks_info().detail;
+    }
+    open();
+    ASSERT_TRUE(md_caches(sender_->md())) << "memory hooks work here, so the md has a registration cache";
+    Ep* ep = connect();
+    const std::size_t page = ucs::page_size();
+    auto* p = static_cast<std::uint8_t*>(
+        ::mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(MAP_FAILED, static_cast<void*>(p));
+    std::memset(p, 'C', 4 * page);
+    auto held = sender_->md().mem_reg(p, 4 * page, kAccessLocalRead);
+    ASSERT_TRUE(held.ok());
+    // Its last page goes while it is held: the cache drops the region, so a lookup of the
+    // pages still there registers them anew instead of returning it.
+    ASSERT_EQ(0, ::munmap(p + 3 * page, page));
+    auto fresh = sender_->md().mem_reg(p, 2 * page, kAccessLocalRead);
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_NE(mr_of(*held).lkey, mr_of(*fresh).lkey) << "the cache kept a region whose memory went";
+    // The holder's handle still names a live registration: keys, data.
+    std::vector<std::uint8_t> packed(RemoteBuffer::kIbRkeySize);
+    EXPECT_EQ(Status::ok, sender_->md().mkey_pack(*held, packed.data()));
+    RemoteBuffer remote(*receiver_, *sender_, 3 * page);
+    ASSERT_NO_FATAL_FAILURE(put_zcopy_all(ep, p, 3 * page, *held, remote));
+    EXPECT_EQ(3 * page, count_of(remote.data, 'C'));
+    EXPECT_EQ(Status::ok, sender_->md().mem_dereg(*held));
+    EXPECT_EQ(Status::ok, sender_->md().mem_dereg(*fresh));
+    ::munmap(p, 3 * page);
 }
 
 std::string pair_name(const testing::TestParamInfo<Pair>& info) { return info.param.name(); }
