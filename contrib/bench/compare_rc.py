@@ -27,6 +27,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from compare_uct import parse_perftest_row  # noqa: E402  (one parser for both scripts)
 
 # (name, metric, loom args, perftest tool + args, ucx args or None)
 CASES = [
@@ -75,19 +77,6 @@ def run_pair(server_cmd, client_cmd, env=None, timeout=600):
             server.kill()
             server.wait()
     return out
-
-
-def parse_perftest_row(out):
-    """loom_perftest / ucx_perftest -f: the row of 8 numbers; {"lat": p50, "bw": overall}."""
-    for line in reversed(out.splitlines()):
-        f = line.replace("Final:", "").split()
-        if len(f) == 8:
-            try:
-                v = [float(x) for x in f]
-            except ValueError:
-                continue
-            return {"lat": v[1], "bw": v[5]}
-    return None
 
 
 def parse_ib(out, metric):

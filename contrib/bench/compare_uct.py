@@ -63,8 +63,13 @@ def run_pair(binary, tl, dev, args, iters, warmup, env_extra=None):
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-    # The last row of 8 numbers: "Final: iters p50 avg overall bw-avg bw-overall mr-avg mr-overall"
-    # (ucx_perftest -f prints the same row without "Final:").
+    return parse_perftest_row(out)
+
+
+def parse_perftest_row(out):
+    """The last row of 8 numbers that loom_perftest and ucx_perftest -f print
+    ("Final: iters p50 avg overall bw-avg bw-overall mr-avg mr-overall", ucx_perftest
+    without "Final:"): {"lat": p50, "bw": overall}, or None."""
     for line in reversed(out.splitlines()):
         f = line.replace("Final:", "").split()
         if len(f) == 8:
