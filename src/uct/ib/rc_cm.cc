@@ -27,6 +27,18 @@
 
 namespace loom::uct::ib {
 
+rdma_conn_param RcIface::conn_param(const std::vector<std::uint8_t>& priv, std::uint32_t responder_resources,
+                                    std::uint32_t initiator_depth) const {
+    rdma_conn_param param{};
+    param.private_data = priv.data();
+    param.private_data_len = static_cast<std::uint8_t>(priv.size());
+    param.responder_resources = static_cast<std::uint8_t>(responder_resources);
+    param.initiator_depth = static_cast<std::uint8_t>(initiator_depth);
+    param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
+    param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+    return param;
+}
+
 RcCmPrivate RcIface::cm_private() const {
     RcCmPrivate priv{};
     priv.version = kRcAddrVersion;
@@ -313,13 +325,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         }
         std::vector<std::uint8_t> priv =
             with_user_priv(cm_private(), ep->cold->user_priv.data(), ep->cold->user_priv.size());
-        rdma_conn_param param{};
-        param.private_data = priv.data();
-        param.private_data_len = static_cast<std::uint8_t>(priv.size());
-        param.responder_resources = static_cast<std::uint8_t>(max_dest_rd_atomic_);
-        param.initiator_depth = static_cast<std::uint8_t>(max_rd_atomic_);
-        param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
-        param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+        rdma_conn_param param = conn_param(priv, max_dest_rd_atomic_, max_rd_atomic_);
         if (rdma_connect(event->id, &param) != 0) {
             cm_set_state(ep, CmState::closed);
             std::string why = fmt::format("rdma_connect failed: {}", std::strerror(errno));
@@ -448,16 +454,10 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     }
     ep->cold->flush_addr = priv.flush_addr;
     ep->cold->flush_rkey = priv.flush_rkey;
-    RcCmPrivate ours = cm_private();
-    rdma_conn_param param{};
-    param.private_data = &ours;
-    param.private_data_len = sizeof(ours);
-    param.responder_resources = static_cast<std::uint8_t>(
-        std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth));
-    param.initiator_depth = static_cast<std::uint8_t>(
-        std::min<std::uint32_t>(max_rd_atomic_, event->param.conn.responder_resources));
-    param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
-    param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+    std::vector<std::uint8_t> ours = with_user_priv(cm_private(), nullptr, 0);
+    rdma_conn_param param =
+        conn_param(ours, std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth),
+                   std::min<std::uint32_t>(max_rd_atomic_, event->param.conn.responder_resources));
     if (rdma_accept(id, &param) != 0) {
         LOOM_LOG_WARN("rc/{}: rdma_accept of {} failed: {}", name, peer, std::strerror(errno));
         close_ep(ep);
@@ -613,14 +613,8 @@ Result<RcEp*> RcIface::cm_accept_request(RcConnRequest* request, const EpParams&
     }
     if (status == Status::ok) {
         std::vector<std::uint8_t> buf = with_user_priv(cm_private(), params.priv_data, params.priv_len);
-        rdma_conn_param param{};
-        param.private_data = buf.data();
-        param.private_data_len = static_cast<std::uint8_t>(buf.size());
-        param.responder_resources = static_cast<std::uint8_t>(
-            std::min<std::uint32_t>(max_dest_rd_atomic_, max_rd_atomic_));
-        param.initiator_depth = static_cast<std::uint8_t>(max_rd_atomic_);
-        param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
-        param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+        rdma_conn_param param =
+            conn_param(buf, std::min<std::uint32_t>(max_dest_rd_atomic_, max_rd_atomic_), max_rd_atomic_);
         if (rdma_accept(id, &param) != 0) {
             LOOM_LOG_ERROR("rc/{}: rdma_accept of {} failed: {}", name, request->peer_text, std::strerror(errno));
             status = Status::io_error;
@@ -634,9 +628,7 @@ Result<RcEp*> RcIface::cm_accept_request(RcConnRequest* request, const EpParams&
         }
         id->context = nullptr;
         ep->cold->on_connect = nullptr;
-        std::erase(eps_, ep);
-        release_rx(ep);
-        delete_ep(ep);
+        abandon_ep(ep);
         return status;
     }
     cm_set_state(ep, CmState::accepting);

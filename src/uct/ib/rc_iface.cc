@@ -670,10 +670,7 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         const auto* user = static_cast<const std::uint8_t*>(params.priv_data);
         if (params.priv_len > 0) (*ep)->cold->user_priv.assign(user, user + params.priv_len);
         if (Status s = cm_connect_sockaddr(*ep, params.peer_sockaddr); s != Status::ok) {
-            (*ep)->flags |= kEpClosing;
-            std::erase(eps_, *ep);
-            release_rx(*ep);
-            delete_ep(*ep);
+            abandon_ep(*ep);
             return s;
         }
         return static_cast<Ep*>(*ep);
@@ -700,10 +697,7 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         auto ep = new_ep(params, false);
         if (!ep) return ep.status();
         if (Status s = cm_connect(*ep, dev, iface.port); s != Status::ok) {
-            (*ep)->flags |= kEpClosing;
-            std::erase(eps_, *ep);
-            release_rx(*ep);
-            delete_ep(*ep);
+            abandon_ep(*ep);
             return s;
         }
         return static_cast<Ep*>(*ep);
@@ -723,9 +717,7 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         status = post_rx_qp(*ep, static_cast<int>(fc_window_ + kGrantSlots));
     }
     if (status != Status::ok) {
-        std::erase(eps_, *ep);
-        release_rx(*ep);
-        delete_ep(*ep);
+        abandon_ep(*ep);
         return status;
     }
     return static_cast<Ep*>(*ep);
@@ -893,6 +885,13 @@ void RcIface::qp_to_error(RcEp* ep) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_ERR;
     (void)ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE);  // flushes every posted request with a completion
+}
+
+void RcIface::abandon_ep(RcEp* ep) {
+    ep->flags |= kEpClosing;
+    std::erase(eps_, ep);
+    release_rx(ep);
+    delete_ep(ep);
 }
 
 void RcIface::delete_ep(RcEp* ep) {

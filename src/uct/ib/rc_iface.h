@@ -178,6 +178,8 @@ private:
     void discard_ops(RcEp* ep);
     void close_ep(RcEp* ep);
     void delete_ep(RcEp* ep);
+    /** Frees an endpoint whose creation failed half-way (never seen by the user). */
+    void abandon_ep(RcEp* ep);
     void reap_closing();
 
     Status reserve_rx(RcEp* ep);
@@ -221,6 +223,9 @@ private:
     void cm_handle(rdma_cm_event* event, rdma_cm_id*& reject);
     void cm_accept(rdma_cm_event* event, rdma_cm_id*& reject);
     void cm_set_state(RcEp* ep, CmState state);
+    /** Connection parameters for rdma_connect/rdma_accept carrying @p priv (which must outlive the call). */
+    rdma_conn_param conn_param(const std::vector<std::uint8_t>& priv, std::uint32_t responder_resources,
+                               std::uint32_t initiator_depth) const;
     /** Our rdma_cm private data: version, receive window, segment size, flush word. */
     RcCmPrivate cm_private() const;
 
