@@ -14,7 +14,9 @@ import re
 import sys
 
 # "[  FAILED  ] Suite.Name/param, where GetParam() = ... (12 ms)" for parameterized tests.
-GTEST_CASE = re.compile(r"^\[\s+(OK|FAILED|SKIPPED)\s+\] ([^\s,]+)(,.*)? \(\d+ ms\)$")
+# Searched, not matched at the line start: where stdout and stderr reach the log through
+# separate channels (the rdma-vm), a log line of the library can precede gtest's on one line.
+GTEST_CASE = re.compile(r"\[\s+(OK|FAILED|SKIPPED)\s+\] ([^\s,]+)(,.*)? \(\d+ ms\)$")
 TAP_CASE = re.compile(r"^(ok|not ok) \d+ - (.*?)(\s+# SKIP\s*(.*))?$")
 
 
@@ -35,7 +37,7 @@ def parse_log(log_path):
     except OSError:
         return passed, failed, skipped, skip_reason
     for i, line in enumerate(lines):
-        m = GTEST_CASE.match(line)
+        m = GTEST_CASE.search(line)
         if m:
             kind, name, _ = m.groups()
             if kind == "OK":

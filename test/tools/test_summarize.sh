@@ -24,6 +24,12 @@ check_output "passing suites are counted"       '^3 passed, 0 failed, 2 skipped$
 check_output "skip reasons are listed"          'A.skipped: no device here'       python3 "$summarize" "a=$tmp/a"
 check        "all passing exits 0"                                                python3 "$summarize" "a=$tmp/a"
 
+mk "$tmp/interleaved/test" gt PASS <<'LOG'
+[       OK ] A.one (0 ms)
+[12:00:00.000001] [host:1:1] ib WARN  x.cc:1 endpoint failed (connection refused)[       OK ] A.two/siw (3 ms)
+LOG
+check_output "a case after a log line on the same line counts" '^2 passed, 0 failed$' python3 "$summarize" "i=$tmp/interleaved"
+
 mk "$tmp/b/test" gt FAIL <<'LOG'
 [       OK ] A.one (0 ms)
 [  FAILED  ] Suite/B.two/tcp_lo, where GetParam() = tcp_lo (3 ms)
