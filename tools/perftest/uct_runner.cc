@@ -15,6 +15,9 @@
 #include "uct/api/uct.h"
 #include "uct/base/uct_worker.h"
 
+#include <poll.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -372,6 +375,40 @@ void progress_until(Side& side, Pred done) {
     while (!done()) side.worker.progress();
 }
 
+/**
+ * The passive side of a one-sided bandwidth test: progresses while there is work and
+ * gives the CPU away once there has been none for a while, as perftest's ib_write_bw
+ * target does. Where the iface has an event fd (tcp) it sleeps on it, so work wakes it
+ * at once; a network iface without one (rc, whose RDMA writes and reads need nothing
+ * from the target's CPU) naps 50 us at a time. shm and self keep busy-polling: their
+ * emulated put/get runs in the target's progress and they have no fd to wake on.
+ * Measured reason (docs/performance.md): under Soft-RoCE a spinning target takes
+ * the emulator's CPU away from the transfer itself.
+ */
+void idle_until_done(Side& side) {
+    const bool can_sleep = side.iface->resource().dev_type == uct::DeviceType::net;
+    int fd = -1;
+    if (can_sleep && (side.attr.cap_flags & uct::kCapEventRecv)) {
+        if (auto efd = side.iface->event_fd()) fd = *efd;
+    }
+    constexpr unsigned kIdleSpins = 1000;
+    unsigned idle = 0;
+    while (!side.done) {
+        if (side.worker.progress() != 0) {
+            idle = 0;
+            continue;
+        }
+        if (!can_sleep || ++idle < kIdleSpins) continue;
+        pollfd pfd{fd, POLLIN, 0};
+        if (fd >= 0) {
+            (void)::poll(&pfd, 1, 1);
+        } else {
+            timespec nap{0, 50'000};
+            (void)::nanosleep(&nap, nullptr);
+        }
+    }
+}
+
 Status flush(Side& side) {
     struct Flag : uct::Completion {
         bool fired = false;
@@ -530,6 +567,61 @@ Status get_one(Side& me, const Params& params, Side* loop_peer) {
 }
 
 /**
+ * get_bw: issues one more get while keeping at most @p window in flight (the data of
+ * all of them lands in the same buffer: only the bandwidth is measured, as ib_read_bw
+ * does). get_bw_drain() waits for the rest at the end.
+ */
+struct GetWindow : uct::Completion {
+    std::uint64_t issued = 0;
+    std::uint64_t completed = 0;
+    Status first_error = Status::ok;
+};
+GetWindow g_get_window;
+
+void get_window_done(uct::Completion* c) {
+    auto* w = static_cast<GetWindow*>(c);
+    ++w->completed;
+    if (w->status != Status::ok && w->first_error == Status::ok) w->first_error = w->status;
+    w->status = Status::ok;
+    w->count = 1;  // re-armed: every get completes it once
+}
+
+Status get_windowed(Side& me, const Params& params, std::uint64_t window, Side* loop_peer) {
+    GetWindow& w = g_get_window;
+    if (w.func == nullptr) {
+        w.func = get_window_done;
+        w.count = 1;
+        w.status = Status::ok;
+    }
+    while (w.issued - w.completed >= window) {
+        me.worker.progress();
+        if (loop_peer) loop_peer->worker.progress();
+    }
+    Status s;
+    if (params.layout == DataLayout::bcopy) {
+        s = retry(me, [&] {
+            return uct::ep_get_bcopy(
+                me.ep, [](void* arg, const void* data, std::size_t n) { std::memcpy(arg, data, n); }, me.recv_buf,
+                params.size, me.peer_recv_addr, me.peer_rkey.rkey, &w);
+        });
+    } else {
+        uct::Iov iov{me.recv_buf, params.size, me.recv_memh};
+        s = retry(me, [&] { return uct::ep_get_zcopy(me.ep, &iov, 1, me.peer_recv_addr, me.peer_rkey.rkey, &w); });
+    }
+    if (s == Status::in_progress) {
+        ++w.issued;
+        return w.first_error;
+    }
+    return s;
+}
+
+Status get_bw_drain(Side& me) {
+    GetWindow& w = g_get_window;
+    while (w.completed < w.issued) me.worker.progress();
+    return w.first_error;
+}
+
+/**
  * am_bw target: progresses once and returns credits in batches of half a window (and
  * for the last message), so the initiator never has more than a window in flight.
  */
@@ -562,8 +654,8 @@ Status run_initiator(const Params& params, Side& me, Side* loop_peer, const Outp
         switch (params.test) {
         case TestKind::am_lat: s = am_ping(me, params, i, loop_peer); break;
         case TestKind::put_lat: s = put_ping(me, params, i, loop_peer); break;
-        case TestKind::get_lat:
-        case TestKind::get_bw: s = get_one(me, params, loop_peer); break;
+        case TestKind::get_lat: s = get_one(me, params, loop_peer); break;
+        case TestKind::get_bw: s = get_windowed(me, params, window, loop_peer); break;
         case TestKind::am_bw:
             // Keep at most `window` messages beyond the last credit the receiver returned.
             while (i >= me.credits_returned + window) {
@@ -601,6 +693,8 @@ Status run_initiator(const Params& params, Side& me, Side* loop_peer, const Outp
         }
     } else if (params.test == TestKind::put_bw) {
         if (Status s = flush(me); s != Status::ok) return s;
+    } else if (params.test == TestKind::get_bw) {
+        if (Status s = get_bw_drain(me); s != Status::ok) return s;
     }
     if (meter) meter->finish(params.iters, report);
     return send_done(me);
@@ -625,6 +719,10 @@ Status run_target(const Params& params, Side& me) {
             if (Status s = credit_step(me, params); s != Status::ok) return s;
         }
         break;
+    case TestKind::put_bw:
+    case TestKind::get_bw:
+        idle_until_done(me);
+        return flush(me);
     default: break;
     }
     // Every test ends with the initiator's "done": keep progressing until then (the

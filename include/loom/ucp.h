@@ -1,0 +1,384 @@
+/**
+ * @file loom/ucp.h
+ * The Loom protocol layer's C API: contexts, workers, endpoints and tagged messages.
+ *
+ * C99 and C++ compatible. Conventions, as in UCX's ucp.h:
+ * - every parameter struct starts with a field mask saying which fields are set, so
+ *   fields can be added without breaking binaries built against an older header;
+ * - non-blocking calls (the _nbx functions) take a loom_request_param_t and return a
+ *   loom_status_ptr_t: NULL when the operation completed at once, an error status
+ *   (test with LOOM_PTR_IS_ERR, read with LOOM_PTR_STATUS), or a request handle that
+ *   completes later (its callback runs from loom_worker_progress) and must be released
+ *   with loom_request_free;
+ * - a request handle points at the caller's part of the request (the request_size bytes
+ *   asked for in loom_params_t), so an MPI library keeps its own request inside Loom's.
+ *
+ * Thread safety: a worker created with LOOM_THREAD_MODE_SINGLE or _SERIALIZED must not
+ * be entered by two threads at once.
+ */
+#ifndef LOOM_UCP_H
+#define LOOM_UCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Status codes; the values are those of every Loom layer and never change. */
+typedef enum {
+    LOOM_OK = 0,
+    LOOM_INPROGRESS = 1,
+    LOOM_ERR_NO_RESOURCE = -1,
+    LOOM_ERR_NO_MEMORY = -2,
+    LOOM_ERR_INVALID_PARAM = -3,
+    LOOM_ERR_IO_ERROR = -4,
+    LOOM_ERR_BUSY = -5,
+    LOOM_ERR_CANCELED = -6,
+    LOOM_ERR_TIMED_OUT = -7,
+    LOOM_ERR_UNSUPPORTED = -8,
+    LOOM_ERR_NO_ELEM = -9,
+    LOOM_ERR_ALREADY_EXISTS = -10,
+    LOOM_ERR_OUT_OF_RANGE = -11,
+    LOOM_ERR_EXCEEDS_LIMIT = -12,
+    LOOM_ERR_NO_DEVICE = -13,
+    LOOM_ERR_INVALID_CONFIG = -14,
+    LOOM_ERR_UNREACHABLE = -40,
+    LOOM_ERR_CONNECTION_REFUSED = -41,
+    LOOM_ERR_CONNECTION_RESET = -42,
+    LOOM_ERR_ENDPOINT_FAILURE = -43,
+    LOOM_ERR_NOT_CONNECTED = -44,
+    LOOM_ERR_REJECTED = -45,
+    LOOM_ERR_PEER_TIMEOUT = -46,
+    LOOM_ERR_INVALID_ADDRESS = -47,
+    LOOM_ERR_MESSAGE_TRUNCATED = -70,
+    LOOM_ERR_MALFORMED_PACKET = -71,
+    LOOM_ERR_VERSION_MISMATCH = -72,
+    LOOM_ERR_NO_MESSAGE = -73,
+    LOOM_ERR_ACCESS_DENIED = -74,
+    LOOM_ERR_LAST = -128 /**< no status is below this */
+} loom_status_t;
+
+/** A status, or a request handle, as returned by the _nbx calls. */
+typedef void* loom_status_ptr_t;
+
+/** True when @p p carries an error status. */
+#define LOOM_PTR_IS_ERR(p) ((uintptr_t)(p) >= (uintptr_t)(intptr_t)LOOM_ERR_LAST)
+/** True when @p p is a request handle. */
+#define LOOM_PTR_IS_PTR(p) (((uintptr_t)(p) - 1) < ((uintptr_t)(intptr_t)LOOM_ERR_LAST - 1))
+/** The status @p p stands for: LOOM_OK (NULL), an error, or LOOM_INPROGRESS for a request. */
+#define LOOM_PTR_STATUS(p) (LOOM_PTR_IS_PTR(p) ? LOOM_INPROGRESS : (loom_status_t)(intptr_t)(p))
+
+/** A short name of @p status, e.g. "message truncated". */
+const char* loom_status_string(loom_status_t status);
+
+/* --- handles -------------------------------------------------------------------------- */
+
+typedef struct loom_context* loom_context_h;
+typedef struct loom_worker* loom_worker_h;
+typedef struct loom_ep* loom_ep_h;
+typedef struct loom_tag_message* loom_tag_message_h;
+typedef uint64_t loom_tag_t;
+
+/* --- datatypes ------------------------------------------------------------------------ */
+
+/**
+ * A datatype: contiguous elements, an iov list or a generic (user pack/unpack) type.
+ * The low 3 bits say which; contiguous types keep their element size above them.
+ */
+typedef uint64_t loom_datatype_t;
+
+enum {
+    LOOM_DATATYPE_CONTIG = 0, /**< count elements of (dt >> 3) bytes each */
+    LOOM_DATATYPE_IOV = 2,    /**< buffer is a loom_dt_iov_t array of count entries */
+    LOOM_DATATYPE_GENERIC = 7, /**< made by loom_dt_create_generic */
+    LOOM_DATATYPE_CLASS_MASK = 7
+};
+
+/** A contiguous datatype of @p elem_size bytes per element. */
+#define loom_dt_make_contig(elem_size) (((loom_datatype_t)(elem_size) << 3) | LOOM_DATATYPE_CONTIG)
+/** The iov datatype. */
+#define loom_dt_make_iov() ((loom_datatype_t)LOOM_DATATYPE_IOV)
+
+/** One entry of an iov datatype. */
+typedef struct {
+    void* buffer;
+    size_t length;
+} loom_dt_iov_t;
+
+/**
+ * Callbacks of a generic datatype. start_pack/start_unpack return a state that the
+ * other calls get back; packed_size gives the packed bytes of that state; pack writes
+ * up to max_length bytes at @p offset and returns how many; unpack consumes @p length
+ * bytes at @p offset; finish releases the state.
+ */
+typedef struct {
+    void* (*start_pack)(void* context, const void* buffer, size_t count);
+    void* (*start_unpack)(void* context, void* buffer, size_t count);
+    size_t (*packed_size)(void* state);
+    size_t (*pack)(void* state, size_t offset, void* dest, size_t max_length);
+    loom_status_t (*unpack)(void* state, size_t offset, const void* src, size_t length);
+    void (*finish)(void* state);
+} loom_generic_dt_ops_t;
+
+/** Creates a generic datatype calling @p ops with @p context. */
+loom_status_t loom_dt_create_generic(const loom_generic_dt_ops_t* ops, void* context, loom_datatype_t* datatype);
+
+/** Destroys a generic datatype (no operation may still use it). */
+void loom_dt_destroy(loom_datatype_t datatype);
+
+/* --- context -------------------------------------------------------------------------- */
+
+/** Features an application asks for in loom_params_t. */
+enum {
+    LOOM_FEATURE_TAG = 1u << 0,
+    LOOM_FEATURE_RMA = 1u << 1,
+    LOOM_FEATURE_AMO32 = 1u << 2,
+    LOOM_FEATURE_AMO64 = 1u << 3,
+    LOOM_FEATURE_WAKEUP = 1u << 4,
+    LOOM_FEATURE_STREAM = 1u << 5,
+    LOOM_FEATURE_AM = 1u << 6
+};
+
+enum {
+    LOOM_PARAM_FIELD_FEATURES = 1u << 0,
+    LOOM_PARAM_FIELD_REQUEST_SIZE = 1u << 1,
+    LOOM_PARAM_FIELD_REQUEST_INIT = 1u << 2,
+    LOOM_PARAM_FIELD_REQUEST_CLEANUP = 1u << 3,
+    LOOM_PARAM_FIELD_NAME = 1u << 4
+};
+
+/** What loom_init should set up. */
+typedef struct {
+    uint64_t field_mask;
+    uint64_t features; /**< LOOM_FEATURE_* bits */
+    /** Bytes the caller keeps in every request Loom allocates (the handle points at them). */
+    size_t request_size;
+    /** Called once on the caller's part of every request when Loom creates it. */
+    void (*request_init)(void* request);
+    /** Called on the caller's part of every request before Loom frees its memory. */
+    void (*request_cleanup)(void* request);
+    const char* name; /**< for logs */
+} loom_params_t;
+
+/**
+ * Creates a context: reads the LOOM_* configuration (LOOM_TLS, LOOM_NET_DEVICES, ...),
+ * loads transport modules and opens the memory domains allowed. Returns
+ * LOOM_ERR_INVALID_CONFIG for a bad variable and LOOM_ERR_NO_DEVICE when no transport
+ * is left, each with one log line saying why.
+ */
+loom_status_t loom_init(const loom_params_t* params, loom_context_h* context);
+
+/** Destroys a context; its workers must be destroyed first. */
+void loom_cleanup(loom_context_h context);
+
+enum {
+    LOOM_ATTR_FIELD_REQUEST_SIZE = 1u << 0,
+    LOOM_ATTR_FIELD_NUM_RESOURCES = 1u << 1
+};
+
+/** What loom_context_query reports. */
+typedef struct {
+    uint64_t field_mask;
+    /** Bytes Loom needs before a caller-provided request (LOOM_OP_ATTR_FIELD_REQUEST). */
+    size_t request_size;
+    size_t num_resources; /**< transports on devices this context may use */
+} loom_context_attr_t;
+
+/** Fills the fields of @p attr that its field mask asks for. */
+loom_status_t loom_context_query(loom_context_h context, loom_context_attr_t* attr);
+
+/* --- worker --------------------------------------------------------------------------- */
+
+typedef enum {
+    LOOM_THREAD_MODE_SINGLE,
+    LOOM_THREAD_MODE_SERIALIZED,
+    LOOM_THREAD_MODE_MULTI
+} loom_thread_mode_t;
+
+enum { LOOM_WORKER_PARAM_FIELD_THREAD_MODE = 1u << 0 };
+
+/** How to create a worker. */
+typedef struct {
+    uint64_t field_mask;
+    loom_thread_mode_t thread_mode;
+} loom_worker_params_t;
+
+/** Creates a worker: one communication interface per transport the context allows. */
+loom_status_t loom_worker_create(loom_context_h context, const loom_worker_params_t* params,
+                                 loom_worker_h* worker);
+
+/**
+ * Destroys a worker. Endpoints still open are closed by force; outstanding requests
+ * complete with LOOM_ERR_CANCELED first.
+ */
+void loom_worker_destroy(loom_worker_h worker);
+
+/** Makes communication progress; returns nonzero when something happened. */
+unsigned loom_worker_progress(loom_worker_h worker);
+
+/**
+ * The worker's address: one versioned blob holding every usable transport address.
+ * Release it with loom_worker_release_address.
+ */
+loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size_t* length);
+
+/** Releases an address from loom_worker_get_address. */
+void loom_worker_release_address(loom_worker_h worker, void* address);
+
+/* --- requests ------------------------------------------------------------------------- */
+
+typedef struct {
+    loom_tag_t sender_tag; /**< the tag of the message received */
+    size_t length;         /**< its length in bytes (the full length when truncated) */
+} loom_tag_recv_info_t;
+
+/** Completion callback of a send (and flush, close). */
+typedef void (*loom_send_nbx_callback_t)(void* request, loom_status_t status, void* user_data);
+
+/** Completion callback of a tagged receive. */
+typedef void (*loom_tag_recv_nbx_callback_t)(void* request, loom_status_t status, const loom_tag_recv_info_t* info,
+                                             void* user_data);
+
+enum {
+    LOOM_OP_ATTR_FIELD_REQUEST = 1u << 0,  /**< request: caller's memory (see loom_context_attr_t.request_size) */
+    LOOM_OP_ATTR_FIELD_CALLBACK = 1u << 1, /**< cb */
+    LOOM_OP_ATTR_FIELD_USER_DATA = 1u << 2,
+    LOOM_OP_ATTR_FIELD_DATATYPE = 1u << 3,
+    LOOM_OP_ATTR_FIELD_FLAGS = 1u << 4,
+    LOOM_OP_ATTR_FIELD_RECV_INFO = 1u << 5, /**< recv_info: filled when a receive completes at once */
+    LOOM_OP_ATTR_FLAG_NO_IMM_CMPL = 1u << 16, /**< always return a request, never NULL */
+    LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL = 1u << 17 /**< complete at once or fail with LOOM_ERR_NO_RESOURCE */
+};
+
+/** Parameters of every non-blocking operation. */
+typedef struct {
+    uint32_t op_attr_mask; /**< LOOM_OP_ATTR_FIELD_* and LOOM_OP_ATTR_FLAG_* bits */
+    uint32_t flags;        /**< operation-specific flags (LOOM_EP_CLOSE_FLAG_FORCE) */
+    /**
+     * Caller's request memory: the handle returned, with loom_context_attr_t.request_size
+     * bytes before it for Loom. Such a request is never freed by Loom.
+     */
+    void* request;
+    union {
+        loom_send_nbx_callback_t send;
+        loom_tag_recv_nbx_callback_t recv;
+    } cb;
+    loom_datatype_t datatype; /**< default: bytes (loom_dt_make_contig(1)) */
+    void* user_data;
+    union {
+        loom_tag_recv_info_t* tag_recv;
+    } recv_info;
+} loom_request_param_t;
+
+/** LOOM_OK or an error once @p request completed, LOOM_INPROGRESS before. */
+loom_status_t loom_request_check_status(void* request);
+
+/**
+ * loom_request_check_status for a tagged receive, filling @p info once it completed
+ * (also when it completed with LOOM_ERR_MESSAGE_TRUNCATED).
+ */
+loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* info);
+
+/**
+ * Releases a request handle. A request still running completes normally (its
+ * callback still runs) and is freed afterwards.
+ */
+void loom_request_free(void* request);
+
+/** Cancels a tagged receive that has not matched; it completes with LOOM_ERR_CANCELED. */
+void loom_request_cancel(loom_worker_h worker, void* request);
+
+/* --- endpoints ------------------------------------------------------------------------ */
+
+typedef enum {
+    LOOM_ERR_HANDLING_MODE_NONE, /**< no failure detection beyond what transports do anyway */
+    LOOM_ERR_HANDLING_MODE_PEER  /**< only transports that detect a dead peer; failures reach err_handler */
+} loom_err_handling_mode_t;
+
+/** Called from progress when an endpoint failed; outstanding requests complete with errors first. */
+typedef void (*loom_err_handler_cb_t)(void* arg, loom_ep_h ep, loom_status_t status);
+
+enum {
+    LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS = 1u << 0,
+    LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE = 1u << 1,
+    LOOM_EP_PARAM_FIELD_ERR_HANDLER = 1u << 2,
+    LOOM_EP_PARAM_FIELD_USER_DATA = 1u << 3
+};
+
+/** How to create an endpoint. */
+typedef struct {
+    uint64_t field_mask;
+    const void* address; /**< a peer worker's address (loom_worker_get_address) */
+    loom_err_handling_mode_t err_mode;
+    struct {
+        loom_err_handler_cb_t cb;
+        void* arg;
+    } err_handler;
+    void* user_data;
+} loom_ep_params_t;
+
+/**
+ * Creates an endpoint to the worker whose address is given. Returns at once; the
+ * connection is completed in the background and sends issued meanwhile are queued.
+ * LOOM_ERR_INVALID_ADDRESS for a malformed or foreign-version address,
+ * LOOM_ERR_UNREACHABLE when no allowed transport reaches the peer (logged with why).
+ */
+loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* params, loom_ep_h* ep);
+
+enum { LOOM_EP_CLOSE_FLAG_FORCE = 1u << 0 };
+
+/**
+ * Closes an endpoint: by default after flushing what was sent on it; with
+ * LOOM_EP_CLOSE_FLAG_FORCE at once, completing its outstanding requests with
+ * LOOM_ERR_CANCELED. The handle is invalid after the call.
+ */
+loom_status_ptr_t loom_ep_close_nbx(loom_ep_h ep, const loom_request_param_t* param);
+
+/** Completes when everything sent on @p ep so far has completed at the transport level. */
+loom_status_ptr_t loom_ep_flush_nbx(loom_ep_h ep, const loom_request_param_t* param);
+
+/** loom_ep_flush_nbx on every endpoint of @p worker. */
+loom_status_ptr_t loom_worker_flush_nbx(loom_worker_h worker, const loom_request_param_t* param);
+
+/* --- tagged messages ------------------------------------------------------------------ */
+
+/**
+ * Sends @p count elements of the param's datatype (bytes by default) with @p tag. The
+ * buffer may be reused when the operation completes. The protocol (eager or
+ * rendezvous) is chosen by size; see docs/protocols.md.
+ */
+loom_status_ptr_t loom_tag_send_nbx(loom_ep_h ep, const void* buffer, size_t count, loom_tag_t tag,
+                                    const loom_request_param_t* param);
+
+/** Like loom_tag_send_nbx, completing only once a receive has matched the message. */
+loom_status_ptr_t loom_tag_send_sync_nbx(loom_ep_h ep, const void* buffer, size_t count, loom_tag_t tag,
+                                         const loom_request_param_t* param);
+
+/**
+ * Receives a message whose tag t satisfies (t & tag_mask) == (tag & tag_mask), from any
+ * endpoint, into @p buffer (@p count elements). A longer message completes the request
+ * with LOOM_ERR_MESSAGE_TRUNCATED, the info holding its full length. Messages between
+ * one pair of endpoints match in the order they were sent.
+ */
+loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t count, loom_tag_t tag,
+                                    loom_tag_t tag_mask, const loom_request_param_t* param);
+
+/**
+ * Looks for an arrived message matching (@p tag, @p tag_mask), filling @p info. With
+ * @p remove, the message leaves the queue and the handle returned must be received
+ * with loom_tag_msg_recv_nbx. NULL when nothing matches.
+ */
+loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_tag_t tag_mask, int remove,
+                                     loom_tag_recv_info_t* info);
+
+/** Receives the message @p message removed by loom_tag_probe_nb. */
+loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size_t count,
+                                        loom_tag_message_h message, const loom_request_param_t* param);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_UCP_H */

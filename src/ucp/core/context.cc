@@ -1,0 +1,132 @@
+#include "ucp/core/context.h"
+
+#include "ucs/config/registry.h"
+#include "ucs/config/table.h"
+#include "ucs/debug/log.h"
+#include "ucs/sys/module.h"
+
+#include <algorithm>
+
+namespace loom::ucp {
+
+namespace {
+
+using namespace ucs::config;
+
+const RegisteredTable<ContextConfig> g_table{
+    "",
+    "Protocol layer",
+    "Which transports and devices the protocol layer uses, and how it picks a protocol by "
+    "message size.",
+    {
+        field("TLS", "all",
+              "Transports to use: all, a list (tcp,shm), or ^ and a list (^tcp: all but tcp). Names: "
+              "self, shm, tcp, rc; the alias ib stands for every verbs transport (rc). An endpoint "
+              "can only reach a peer over a transport both sides allow.",
+              &ContextConfig::tls, AllowListParser()),
+        field("NET_DEVICES", "all",
+              "Network devices to use: all, a list (rxe0:1,eth0) or ^ and a list. Shared memory and "
+              "self are not network devices and ignore it.",
+              &ContextConfig::net_devices, AllowListParser()),
+        field("RNDV_THRESH", "auto",
+              "Message size from which tagged sends use the rendezvous protocol (the receiver "
+              "fetches the data, or is told to be ready for it, before it moves). auto: from each "
+              "endpoint's transports; see docs/protocols.md.",
+              &ContextConfig::rndv_thresh, SizeParser().allow_auto().allow_inf()),
+        field("ZCOPY_THRESH", "auto",
+              "Message size from which eager sends would pass the user buffer to the transport "
+              "without copying. Eager zero-copy is not implemented yet; the value is checked and "
+              "reported only.",
+              &ContextConfig::zcopy_thresh, SizeParser().allow_auto().allow_inf()),
+        field("RNDV_SCHEME", "auto",
+              "Rendezvous protocol: get_zcopy (the receiver reads the sender's buffer with RDMA "
+              "GET or its emulation), am (the sender streams fragments after the receiver's "
+              "ready-to-receive), or auto (get_zcopy where the lane can, else am).",
+              &ContextConfig::rndv_scheme,
+              EnumParser<RndvScheme>(
+                  {{"auto", RndvScheme::auto_}, {"get_zcopy", RndvScheme::get_zcopy}, {"am", RndvScheme::am}})),
+        field("PROTO_INFO", "n",
+              "Print, for each new endpoint configuration, the protocol chosen for each message "
+              "size range and the transport lanes it uses.",
+              &ContextConfig::proto_info, BoolParser()),
+        field("TAG_BUCKETS", "1k",
+              "Hash buckets of each worker's expected and unexpected tag queues (a power of two).",
+              &ContextConfig::tag_buckets, SizeParser()),
+    }};
+
+bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::net; }
+
+}  // namespace
+
+bool Context::tl_allowed(const AllowList& tls, const std::string& tl_name) {
+    // Every verbs transport answers to "ib" as well as to its own name.
+    const bool verbs = tl_name == "rc";
+    auto listed = [&](const std::string& name) {
+        for (const std::string& n : tls.names()) {
+            std::string lower = n;
+            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+            if (lower == name || (verbs && lower == "ib") || lower == "all") return true;
+        }
+        return false;
+    };
+    switch (tls.mode()) {
+    case AllowList::Mode::all: return true;
+    case AllowList::Mode::only: return listed(tl_name);
+    case AllowList::Mode::all_except: return !listed(tl_name);
+    }
+    return false;
+}
+
+Result<std::unique_ptr<Context>> Context::create(const ContextParams& params) {
+    std::unique_ptr<Context> ctx(new Context());
+    ctx->params_ = params;
+    if (Status s = fill(g_table, ctx->config_, params.config_overrides); s != Status::ok) return s;
+    const std::size_t buckets = ctx->config_.tag_buckets;
+    if (buckets == 0 || (buckets & (buckets - 1)) != 0 || buckets > (1u << 24)) {
+        LOOM_LOG_ERROR("LOOM_TAG_BUCKETS={} is not a power of two between 1 and 16m", buckets);
+        return Status::invalid_config;
+    }
+    (void)ucs::load_modules("uct");
+
+    std::string seen;
+    for (const uct::Component* component : uct::components()) {
+        for (const std::string& md_name : component->query_md_resources()) {
+            std::vector<uct::TlResource> allowed;
+            std::unique_ptr<uct::Md> md;
+            auto opened = component->md_open(md_name);
+            if (!opened) {
+                LOOM_LOG_DEBUG("ucp: cannot open memory domain {}: {}", md_name, to_string(opened.status()));
+                continue;
+            }
+            md = std::move(*opened);
+            for (const uct::TlResource& tl : md->query_tl_resources()) {
+                seen += " " + tl.tl_name + "/" + tl.dev_name;
+                if (!tl_allowed(ctx->config_.tls, tl.tl_name)) continue;
+                if (is_net(tl) && !ctx->config_.net_devices.allows(tl.dev_name)) continue;
+                allowed.push_back(tl);
+            }
+            if (allowed.empty()) continue;
+            uct::MdAttr md_attr;
+            if (Status s = md->query(md_attr); s != Status::ok) return s;
+            for (const uct::TlResource& tl : allowed) {
+                ctx->resources_.push_back(ContextResource{component, md.get(), md_attr, tl});
+            }
+            ctx->mds_.push_back(std::move(md));
+        }
+    }
+    if (ctx->resources_.empty()) {
+        LOOM_LOG_ERROR("ucp: no transport is allowed: LOOM_TLS={} LOOM_NET_DEVICES={}; this host has:{}",
+                       ctx->config_.tls.to_string(), ctx->config_.net_devices.to_string(),
+                       seen.empty() ? " nothing" : seen);
+        return Status::no_device;
+    }
+    if (ctx->resources_.size() > 32) ctx->resources_.resize(32);  // address and lane indices are 5 bits
+    return ctx;
+}
+
+Context::~Context() {
+    resources_.clear();
+    mds_.clear();
+}
+
+}  // namespace loom::ucp

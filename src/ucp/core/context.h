@@ -1,0 +1,96 @@
+/**
+ * The protocol layer's context: the configuration (LOOM_TLS, LOOM_NET_DEVICES, the
+ * protocol thresholds), the memory domains it opened and the transport resources it
+ * may use, shared by every worker created from it.
+ */
+#pragma once
+
+#include "ucs/config/allow_list.h"
+#include "ucs/type/result.h"
+#include "uct/api/uct.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::ucp {
+
+/** Which rendezvous protocol to use (LOOM_RNDV_SCHEME). */
+enum class RndvScheme : std::uint8_t {
+    auto_,      ///< RDMA GET where the rendezvous lane has it, else the AM pipeline
+    get_zcopy,  ///< the receiver reads the sender's buffer
+    am,         ///< the sender streams fragments once the receiver is ready
+};
+
+/** The protocol layer's configuration (the table is in context.cc; docs/configuration.md lists it). */
+struct ContextConfig {
+    ucs::config::AllowList tls;          ///< LOOM_TLS, with aliases expanded by tl_allowed()
+    ucs::config::AllowList net_devices;  ///< LOOM_NET_DEVICES
+    std::size_t rndv_thresh = 0;         ///< LOOM_RNDV_THRESH (kSizeAuto: from the performance model)
+    std::size_t zcopy_thresh = 0;        ///< LOOM_ZCOPY_THRESH (reserved for eager zcopy)
+    RndvScheme rndv_scheme = RndvScheme::auto_;
+    bool proto_info = false;             ///< LOOM_PROTO_INFO
+    std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
+};
+
+/** One transport on one device that this context may use. */
+struct ContextResource {
+    const uct::Component* component = nullptr;
+    uct::Md* md = nullptr;  ///< owned by the context
+    uct::MdAttr md_attr;
+    uct::TlResource tl;
+};
+
+/** Context creation parameters (the C API's loom_params_t, checked). */
+struct ContextParams {
+    std::uint64_t features = 0;
+    std::size_t user_request_size = 0;
+    void (*request_init)(void* request) = nullptr;
+    void (*request_cleanup)(void* request) = nullptr;
+    std::string name = "loom";
+    ucs::config::Overrides config_overrides;
+};
+
+/** Feature bits (the C API's LOOM_FEATURE_*). */
+enum Feature : std::uint64_t {
+    kFeatureTag = 1u << 0,
+    kFeatureRma = 1u << 1,
+    kFeatureAmo32 = 1u << 2,
+    kFeatureAmo64 = 1u << 3,
+    kFeatureWakeup = 1u << 4,
+    kFeatureStream = 1u << 5,
+    kFeatureAm = 1u << 6,
+};
+
+class Context {
+public:
+    /**
+     * Reads the configuration, loads the transport modules and opens every memory
+     * domain that has an allowed resource. invalid_config for a bad variable,
+     * no_device (logged with what exists) when nothing is allowed.
+     */
+    static Result<std::unique_ptr<Context>> create(const ContextParams& params);
+
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    const ContextParams& params() const { return params_; }
+    const ContextConfig& config() const { return config_; }
+    const std::vector<ContextResource>& resources() const { return resources_; }
+
+    /** True when LOOM_TLS allows transport @p tl_name (aliases: ib = every verbs transport, shm, all). */
+    static bool tl_allowed(const ucs::config::AllowList& tls, const std::string& tl_name);
+
+private:
+    Context() = default;
+
+    ContextParams params_;
+    ContextConfig config_;
+    std::vector<std::unique_ptr<uct::Md>> mds_;
+    std::vector<ContextResource> resources_;
+};
+
+}  // namespace loom::ucp

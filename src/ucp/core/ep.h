@@ -1,0 +1,77 @@
+/**
+ * A protocol-layer endpoint: the connection of one worker to one peer worker, made
+ * of up to kMaxLanes transport endpoints ("lanes"). Wire-up picks the lanes from the
+ * transports both sides have, deterministically and symmetrically (both sides rank
+ * the same pairs the same way): the AM lane carries every tagged message and control
+ * message in order; the rendezvous lane carries RDMA GET of large messages.
+ */
+#pragma once
+
+#include "ucp/core/request.h"
+#include "ucs/datastruct/list.h"
+#include "uct/api/uct.h"
+
+#include <cstdint>
+#include <string>
+
+namespace loom::ucp {
+
+class Worker;
+struct UnpackedAddress;
+
+inline constexpr unsigned kMaxLanes = 4;
+inline constexpr std::uint8_t kNoLane = 0xff;
+
+/** One transport endpoint of an Ep. */
+struct Lane {
+    uct::Ep* ep = nullptr;
+    std::uint8_t iface = 0;         ///< the local worker's iface index
+    std::uint8_t remote_iface = 0;  ///< the peer's iface index, in its address order
+};
+
+/** Error callback of an endpoint (the C API's loom_err_handler_cb_t). */
+using EpErrorCallback = void (*)(void* arg, void* ep, int status);
+
+enum EpFlags : std::uint8_t {
+    kEpInternal = 1u << 0,   ///< created by a peer's wire-up, not (yet) by the application
+    kEpFailed = 1u << 1,
+    kEpClosing = 1u << 2,
+    kEpErrModePeer = 1u << 3,
+};
+
+class Ep {
+public:
+    /** Hot fields first: the eager path reads only this cache line. */
+    uct::Ep* am_ep;
+    Worker* worker;
+    std::uint32_t max_short;      ///< largest eager-short payload (0: none)
+    std::uint32_t max_bcopy;      ///< the AM lane's largest bcopy (headers included)
+    std::size_t rndv_thresh;      ///< from this size on, rendezvous
+    std::uint32_t num_pending;    ///< own requests queued in the AM lane's pending queue
+    std::uint8_t flags;
+    std::uint8_t num_lanes;
+    std::uint8_t am_lane;
+    std::uint8_t rndv_lane;       ///< kNoLane: AM pipeline only
+    std::uint64_t remote_uuid;
+
+    Lane lanes[kMaxLanes];
+    ucs::List<Request, &Request::ep_link> outstanding;  ///< sends not yet complete
+    ucs::ListLink worker_link;
+    Status failure;
+    EpErrorCallback on_error;
+    void* on_error_arg;
+    void* user_data;
+
+    /** The uct endpoint of the lane over local iface @p iface, or kNoLane. */
+    std::uint8_t lane_of_iface(std::uint8_t iface) const {
+        for (std::uint8_t i = 0; i < num_lanes; ++i) {
+            if (lanes[i].iface == iface) return i;
+        }
+        return kNoLane;
+    }
+};
+
+// Endpoints exist per peer: keep them small (the request list and lanes dominate).
+static_assert(sizeof(Ep) <= 192, "Ep grew: every peer pays for it");
+
+}  // namespace loom::ucp

@@ -1,0 +1,133 @@
+/**
+ * Requests of the protocol layer: one object per operation that does not complete
+ * at once, taken from the worker's pool (or placed in the caller's memory) and
+ * handed to the application as a pointer to the caller's part after it:
+ *
+ *     [ Request (Loom's state) ][ user part: request_size bytes ] <- the handle
+ *
+ * so request_of(handle) and handle_of(request) are pointer arithmetic. A request is
+ * released when it has both completed and been freed by the application (or was
+ * never seen by it).
+ */
+#pragma once
+
+#include "ucp/dt/datatype.h"
+#include "ucp/tag/tag_match.h"
+#include "ucs/datastruct/list.h"
+#include "uct/api/uct_types.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace loom::ucp {
+
+class Worker;
+class Ep;
+struct UnexpDesc;
+
+/** Completion callbacks (layouts of the C API's). */
+using SendCallback = void (*)(void* request, int status, void* user_data);
+struct TagRecvInfo {
+    Tag sender_tag;
+    std::size_t length;
+};
+using RecvCallback = void (*)(void* request, int status, const TagRecvInfo* info, void* user_data);
+
+enum ReqFlags : std::uint16_t {
+    kReqCompleted = 1u << 0,
+    kReqReleased = 1u << 1,    ///< the application freed the handle (or never got it)
+    kReqCallerMem = 1u << 2,   ///< lives in the caller's memory: never returned to the pool
+    kReqRecv = 1u << 3,        ///< a receive (callback type RecvCallback)
+    kReqSync = 1u << 4,        ///< a synchronous send: completes on the receiver's acknowledgement
+    kReqHandedOut = 1u << 5,   ///< returned to the application as a handle
+    kReqInEpList = 1u << 6,    ///< linked in its endpoint's outstanding list
+    kReqCtrl = 1u << 7,        ///< an internal control message (no handle, no callback)
+    kReqAcked = 1u << 8,       ///< sync send: the match was acknowledged before every fragment left
+    kReqRndv = 1u << 9,        ///< rendezvous send: holds a registration (send.memh)
+};
+
+/** What the protocol does with the request next. */
+using ProtoProgress = Status (*)(struct Request* req);
+
+struct Request {
+    std::uint16_t flags;
+    Status status;
+    std::uint8_t kind;  ///< RequestKind
+    std::uint32_t id;   ///< in the worker's request table while a peer may name it (0: none)
+    Worker* worker;
+    void* user_data;
+    union {
+        SendCallback send;
+        RecvCallback recv;
+    } cb;
+    ucs::ListLink ep_link;  ///< sends: in the endpoint's list of outstanding requests
+
+    union {
+        struct {
+            Ep* ep;
+            DtState dt;
+            Tag tag;
+            std::size_t offset;       ///< bytes sent so far
+            std::uint64_t msg_id;
+            ProtoProgress progress;
+            uct::PendingReq pending;  ///< queued on a uct endpoint while it lacks resources
+            uct::MemH memh;           ///< rendezvous: the registered send buffer
+            void* ctrl_heap;          ///< a control message too long for ctrl_data
+            std::uint8_t rndv_lane;
+            std::uint8_t ctrl_am_id;  ///< control messages
+            std::uint16_t ctrl_length;
+            std::uint8_t ctrl_data[52];  ///< a control message's bytes (largest header fits)
+        } send;
+        struct {
+            TagRecvEntry entry;
+            DtState dt;
+            TagRecvInfo info;
+            std::size_t received;     ///< bytes of the message that arrived so far
+            // rendezvous GET state
+            uct::Completion comp;
+            uct::MemH memh;
+            uct::Rkey rkey;
+            const uct::Component* rkey_component;
+            uct::Md* md;
+            std::uint64_t sender_uuid;
+            std::uint64_t sreq_id;
+            std::uint64_t remote_address;
+            std::size_t get_offset;
+            std::uint8_t lane;
+            uct::PendingReq pending;
+        } recv;
+    };
+};
+
+/** The caller's part of @p req. */
+inline void* handle_of(Request* req) { return req + 1; }
+/** The request behind a handle. */
+inline Request* request_of(void* handle) { return static_cast<Request*>(handle) - 1; }
+
+/**
+ * Ids of requests a peer may name in a reply (sync acknowledgement, rendezvous): a slot
+ * index plus a generation, so a stale or forged id finds nothing instead of a freed
+ * request.
+ */
+class RequestTable {
+public:
+    /** Gives @p req an id; no_memory when the table cannot grow. */
+    Status insert(Request* req);
+    /** The request with @p id, removed from the table, or nullptr. */
+    Request* take(std::uint64_t id);
+    /** Removes @p req (whose id is set) without returning it. */
+    void remove(Request* req) { (void)take(req->id | (std::uint64_t{gens_[slot(req->id)]} << 32)); }
+    /** The full id (with generation) the wire carries for @p req. */
+    std::uint64_t wire_id(const Request* req) const {
+        return req->id | (std::uint64_t{gens_[slot(req->id)]} << 32);
+    }
+
+private:
+    static std::size_t slot(std::uint32_t id) { return id - 1; }
+    std::vector<Request*> slots_;
+    std::vector<std::uint32_t> gens_;
+    std::vector<std::uint32_t> free_;
+};
+
+}  // namespace loom::ucp

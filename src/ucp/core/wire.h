@@ -1,0 +1,80 @@
+/**
+ * What the protocol layer puts on the wire: its active-message ids and the headers
+ * that lead each message. Every header is read with memcpy from a possibly
+ * unaligned transport buffer and every handler checks the length before reading, so
+ * a truncated or malformed message is dropped with one log line, never a crash.
+ */
+#pragma once
+
+#include "uct/api/uct_types.h"
+
+#include <cstdint>
+
+namespace loom::ucp {
+
+/** Active-message ids the protocol layer registers on every iface of a worker. */
+enum AmIds : uct::AmId {
+    kAmWireup = 1,        ///< WireupHdr + the sender's worker address
+    kAmEagerOnly = 2,     ///< tag (8 bytes) + the whole payload
+    kAmEagerFirst = 3,    ///< EagerFirstHdr + the first fragment
+    kAmEagerMiddle = 4,   ///< EagerMiddleHdr + a later fragment
+    kAmEagerSyncOnly = 5, ///< EagerSyncHdr + the whole payload; the receiver acknowledges the match
+    kAmSyncAck = 6,       ///< AckHdr: a synchronous send matched
+    kAmRndvRts = 7,       ///< RtsHdr + the sender's packed remote key
+    kAmRndvAts = 8,       ///< AckHdr: the receiver has the rendezvous data
+    kAmRndvRtr = 9,       ///< AckHdr: the receiver is ready for AM-pipeline data, sent as
+                          ///< kAmEagerMiddle fragments of the RTS's msg_id
+};
+
+/** First fragment of a multi-fragment eager message (sync sends set sreq_id). */
+struct EagerFirstHdr {
+    std::uint64_t tag;
+    std::uint64_t sender_uuid;
+    std::uint64_t msg_id;
+    std::uint64_t total_length;
+    std::uint64_t sreq_id;  ///< nonzero: acknowledge the match (synchronous send)
+};
+
+/** A later fragment: where it goes in message (sender_uuid, msg_id). */
+struct EagerMiddleHdr {
+    std::uint64_t sender_uuid;
+    std::uint64_t msg_id;
+    std::uint64_t offset;
+};
+
+/** A single-fragment synchronous send. */
+struct EagerSyncHdr {
+    std::uint64_t tag;
+    std::uint64_t sender_uuid;
+    std::uint64_t sreq_id;
+};
+
+/** Acknowledgement of a sync send's match (kAmSyncAck) or of rendezvous data (kAmRndvAts). */
+struct AckHdr {
+    std::uint64_t sreq_id;
+    std::int32_t status;
+    std::uint32_t reserved;
+};
+
+/** Ready-to-send: a rendezvous message waits at the sender. */
+struct RtsHdr {
+    std::uint64_t tag;
+    std::uint64_t sender_uuid;
+    std::uint64_t sreq_id;
+    std::uint64_t length;
+    std::uint64_t msg_id;      ///< names the AM-pipeline fragments, as for eager messages
+    std::uint64_t address;     ///< sender's buffer (GET scheme), 0 when only the AM pipeline is offered
+    std::uint8_t iface_index;  ///< receiver's iface (in its own address order) to GET over
+    std::uint8_t flags;
+    std::uint16_t rkey_length; ///< packed key bytes following the header
+    std::uint32_t reserved;
+};
+
+/** Wire-up message: who the sender is, followed by its packed worker address. */
+struct WireupHdr {
+    std::uint8_t type;  ///< kWireupRequest
+    std::uint8_t reserved[7];
+};
+inline constexpr std::uint8_t kWireupRequest = 1;
+
+}  // namespace loom::ucp

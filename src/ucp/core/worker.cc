@@ -1,0 +1,650 @@
+#include "ucp/core/worker.h"
+
+#include "ucp/core/ucp_log.h"
+#include "ucp/core/wire.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <unistd.h>
+
+namespace loom::ucp {
+
+log::Component g_log("ucp");
+
+// --- request table -----------------------------------------------------------------------
+
+Status RequestTable::insert(Request* req) {
+    if (free_.empty()) {
+        if (slots_.size() >= UINT32_MAX - 1) return Status::no_memory;
+        slots_.push_back(nullptr);
+        gens_.push_back(1);
+        free_.push_back(static_cast<std::uint32_t>(slots_.size()));
+    }
+    const std::uint32_t id = free_.back();
+    free_.pop_back();
+    slots_[slot(id)] = req;
+    req->id = id;
+    return Status::ok;
+}
+
+Request* RequestTable::take(std::uint64_t wire_id) {
+    const auto id = static_cast<std::uint32_t>(wire_id);
+    const auto gen = static_cast<std::uint32_t>(wire_id >> 32);
+    if (id == 0 || id > slots_.size() || gens_[slot(id)] != gen || slots_[slot(id)] == nullptr) return nullptr;
+    Request* req = slots_[slot(id)];
+    slots_[slot(id)] = nullptr;
+    ++gens_[slot(id)];
+    free_.push_back(id);
+    req->id = 0;
+    return req;
+}
+
+// --- worker ------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Worker>> Worker::create(Context& ctx, const WorkerParams& params) {
+    if (params.thread_mode == uct::ThreadMode::multi) {
+        LOOM_LOG_ERROR("ucp: thread mode multi is not supported yet; use single or serialized");
+        return Status::unsupported;
+    }
+    std::unique_ptr<Worker> worker(new Worker(ctx, params.thread_mode));
+    if (Status s = worker->init(); s != Status::ok) return s;
+    return worker;
+}
+
+Status Worker::init() {
+    std::random_device rd;
+    uuid = (std::uint64_t{rd()} << 32) ^ rd() ^ (static_cast<std::uint64_t>(::getpid()) << 16);
+    if (uuid == 0) uuid = 1;
+    if (Status s = tm.init(context.config().tag_buckets); s != Status::ok) return s;
+
+    ucs::MemPoolParams rp;
+    rp.name = "ucp_requests";
+    rp.elem_size = sizeof(Request) + context.params().user_request_size;
+    rp.alignment = 64;
+    rp.elems_per_chunk = 128;
+    if (Status s = req_pool.init(std::move(rp)); s != Status::ok) return s;
+    ucs::MemPoolParams dp;
+    dp.name = "ucp_unexp_small";
+    dp.elem_size = sizeof(UnexpDesc) + kSmallDescData;
+    dp.alignment = 64;
+    dp.elems_per_chunk = 128;
+    if (Status s = small_desc_pool.init(std::move(dp)); s != Status::ok) return s;
+
+    for (const ContextResource& rsc : context.resources()) {
+        auto iface = rsc.md->iface_open(rsc.tl, &uct_worker, {});
+        if (!iface) {
+            LOOM_LOG_WARN("ucp: cannot open {} on {}: {}; going on without it", rsc.tl.tl_name, rsc.tl.dev_name,
+                          to_string(iface.status()));
+            continue;
+        }
+        WorkerIface wi;
+        wi.iface = std::move(*iface);
+        wi.rsc = &rsc;
+        if (Status s = wi.iface->query(wi.attr); s != Status::ok) return s;
+        if (Status s = wi.iface->progress_enable(); s != Status::ok) return s;
+        if (Status s = wi.iface->set_am_handler(kAmWireup, wireup_handler, this, 0); s != Status::ok) return s;
+        ifaces.push_back(std::move(wi));
+    }
+    if (ifaces.empty()) {
+        LOOM_LOG_ERROR("ucp: no transport could be opened for the worker");
+        return Status::no_device;
+    }
+    return tag_register_handlers(*this);
+}
+
+Worker::~Worker() {
+    // Endpoints first: their outstanding sends complete with canceled.
+    while (!eps.empty()) ep_destroy(&eps.front(), Status::canceled);
+    tm.purge_expected([&](TagRecvEntry& entry) {
+        auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(&entry) - offsetof(Request, recv.entry));
+        complete(req, Status::canceled);
+    });
+    tm.purge_unexpected([&](TagUnexpEntry& entry) {
+        auto* desc = reinterpret_cast<UnexpDesc*>(&entry);
+        if (desc->pooled) {
+            small_desc_pool.put(desc);
+        } else {
+            std::free(desc);
+        }
+    });
+    for (auto& [key, target] : frags) {
+        if (target.recv != nullptr) complete(target.recv, Status::canceled);
+        if (target.desc != nullptr && !target.desc->entry.queued()) {
+            if (target.desc->pooled) small_desc_pool.put(target.desc); else std::free(target.desc);
+        }
+    }
+    frags.clear();
+    for (WorkerIface& wi : ifaces) wi.iface->progress_disable();
+    ifaces.clear();
+}
+
+unsigned Worker::progress() { return uct_worker.progress(); }
+
+// --- addresses ---------------------------------------------------------------------------
+//
+// Layout (little endian, packed, no alignment):
+//   u8 magic 'L', u8 version, u8 num_ifaces, u8 reserved, u32 total_length, u64 uuid
+//   per iface: u8 tl_name_len, tl_name, u8 dev_type, u64 cap_flags,
+//              f32 latency, f32 bandwidth, f32 overhead, u8 priority,
+//              u16 dev_addr_len, dev_addr, u16 iface_addr_len, iface_addr
+
+namespace {
+
+constexpr std::uint8_t kAddressMagic = 'L';
+constexpr std::size_t kAddressHeader = 16;
+
+template <typename T>
+void put(std::vector<std::uint8_t>& out, T value) {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
+    out.insert(out.end(), p, p + sizeof(T));
+}
+
+struct Reader {
+    const std::uint8_t* p;
+    std::size_t left;
+    bool ok = true;
+    template <typename T>
+    T get() {
+        T value{};
+        if (left < sizeof(T)) {
+            ok = false;
+            return value;
+        }
+        std::memcpy(&value, p, sizeof(T));
+        p += sizeof(T);
+        left -= sizeof(T);
+        return value;
+    }
+    std::vector<std::uint8_t> bytes(std::size_t n) {
+        if (left < n) {
+            ok = false;
+            return {};
+        }
+        std::vector<std::uint8_t> v(p, p + n);
+        p += n;
+        left -= n;
+        return v;
+    }
+};
+
+}  // namespace
+
+std::vector<std::uint8_t> Worker::pack_address() const {
+    std::vector<std::uint8_t> out;
+    put<std::uint8_t>(out, kAddressMagic);
+    put<std::uint8_t>(out, kAddressVersion);
+    put<std::uint8_t>(out, static_cast<std::uint8_t>(ifaces.size()));
+    put<std::uint8_t>(out, 0);
+    put<std::uint32_t>(out, 0);  // total length, set below
+    put<std::uint64_t>(out, uuid);
+    for (const WorkerIface& wi : ifaces) {
+        const std::string& name = wi.rsc->tl.tl_name;
+        put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
+        out.insert(out.end(), name.begin(), name.end());
+        put<std::uint8_t>(out, static_cast<std::uint8_t>(wi.rsc->tl.dev_type));
+        put<std::uint64_t>(out, wi.attr.cap_flags);
+        put<float>(out, static_cast<float>(wi.attr.latency.c));
+        put<float>(out, static_cast<float>(wi.attr.bandwidth_dedicated));
+        put<float>(out, static_cast<float>(wi.attr.overhead));
+        put<std::uint8_t>(out, wi.attr.priority);
+        std::vector<std::uint8_t> dev(wi.attr.device_addr_len), ifa(wi.attr.iface_addr_len);
+        if (!dev.empty()) (void)wi.iface->get_device_address(dev.data());
+        if (!ifa.empty()) (void)wi.iface->get_address(ifa.data());
+        put<std::uint16_t>(out, static_cast<std::uint16_t>(dev.size()));
+        out.insert(out.end(), dev.begin(), dev.end());
+        put<std::uint16_t>(out, static_cast<std::uint16_t>(ifa.size()));
+        out.insert(out.end(), ifa.begin(), ifa.end());
+    }
+    const auto total = static_cast<std::uint32_t>(out.size());
+    std::memcpy(out.data() + 4, &total, sizeof(total));
+    return out;
+}
+
+Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max_length) {
+    if (data == nullptr || max_length < kAddressHeader) {
+        LOOM_LOG_ERROR("ucp: worker address is missing or shorter than its {}-byte header", kAddressHeader);
+        return Status::invalid_address;
+    }
+    Reader r{static_cast<const std::uint8_t*>(data), kAddressHeader};
+    const auto magic = r.get<std::uint8_t>();
+    const auto version = r.get<std::uint8_t>();
+    const auto num = r.get<std::uint8_t>();
+    (void)r.get<std::uint8_t>();
+    const auto total = r.get<std::uint32_t>();
+    UnpackedAddress addr;
+    addr.uuid = r.get<std::uint64_t>();
+    if (magic != kAddressMagic) {
+        LOOM_LOG_ERROR("ucp: not a Loom worker address (first byte {:#x})", magic);
+        return Status::invalid_address;
+    }
+    if (version != kAddressVersion) {
+        LOOM_LOG_ERROR("ucp: worker address version {} (this Loom reads version {})", version, kAddressVersion);
+        return Status::version_mismatch;
+    }
+    if (total < kAddressHeader || total > max_length) {
+        LOOM_LOG_ERROR("ucp: worker address claims {} bytes, {} available", total, max_length);
+        return Status::invalid_address;
+    }
+    r = Reader{static_cast<const std::uint8_t*>(data) + kAddressHeader, total - kAddressHeader};
+    for (unsigned i = 0; i < num && r.ok; ++i) {
+        RemoteIface ri;
+        auto name = r.bytes(r.get<std::uint8_t>());
+        ri.tl_name.assign(name.begin(), name.end());
+        const auto type = r.get<std::uint8_t>();
+        if (type > static_cast<std::uint8_t>(uct::DeviceType::self)) r.ok = false;
+        ri.dev_type = static_cast<uct::DeviceType>(type);
+        ri.cap_flags = r.get<std::uint64_t>();
+        ri.latency = r.get<float>();
+        ri.bandwidth = r.get<float>();
+        ri.overhead = r.get<float>();
+        ri.priority = r.get<std::uint8_t>();
+        ri.dev_addr = r.bytes(r.get<std::uint16_t>());
+        ri.iface_addr = r.bytes(r.get<std::uint16_t>());
+        addr.ifaces.push_back(std::move(ri));
+    }
+    if (!r.ok || r.left != 0) {
+        LOOM_LOG_ERROR("ucp: worker address is malformed (its transport entries do not fill its {} bytes)", total);
+        return Status::invalid_address;
+    }
+    return addr;
+}
+
+// --- requests ----------------------------------------------------------------------------
+
+Request* Worker::alloc_request() {
+    void* mem = req_pool.get();
+    if (LOOM_UNLIKELY(mem == nullptr)) return nullptr;
+    auto* req = static_cast<Request*>(mem);
+    req->flags = 0;
+    req->status = Status::in_progress;
+    req->id = 0;
+    req->worker = this;
+    req->user_data = nullptr;
+    req->cb.send = nullptr;
+    req->ep_link = {};
+    if (context.params().request_init) context.params().request_init(handle_of(req));
+    return req;
+}
+
+Request* Worker::init_caller_request(void* handle) {
+    Request* req = request_of(handle);
+    req->flags = kReqCallerMem;
+    req->status = Status::in_progress;
+    req->id = 0;
+    req->worker = this;
+    req->user_data = nullptr;
+    req->cb.send = nullptr;
+    req->ep_link = {};
+    return req;
+}
+
+void Worker::complete(Request* req, Status status) {
+    req->status = status;
+    req->flags |= kReqCompleted;
+    if (req->id != 0) req_table.remove(req);
+    if (req->flags & kReqInEpList) {
+        decltype(Ep::outstanding)::remove(*req);
+        req->flags &= ~kReqInEpList;
+    }
+    if ((req->flags & kReqRndv) && req->send.memh != uct::kMemHNull) {
+        Ep* ep = req->send.ep;
+        (void)ifaces[ep->lanes[req->send.rndv_lane].iface].rsc->md->mem_dereg(req->send.memh);
+        req->send.memh = uct::kMemHNull;
+    }
+    if (req->flags & kReqCtrl) {
+        release(req);
+        return;
+    }
+    if (!(req->flags & kReqHandedOut)) return;  // completed inside the call that started it
+    if (req->flags & kReqRecv) {
+        if (req->cb.recv) {
+            req->cb.recv(handle_of(req), static_cast<int>(status), &req->recv.info, req->user_data);
+        }
+    } else if (req->cb.send) {
+        req->cb.send(handle_of(req), static_cast<int>(status), req->user_data);
+    }
+    if (req->flags & kReqReleased) release(req);
+}
+
+void Worker::release(Request* req) {
+    if (req->flags & kReqCallerMem) return;
+    if (context.params().request_cleanup) context.params().request_cleanup(handle_of(req));
+    req_pool.put(req);
+}
+
+// --- control messages --------------------------------------------------------------------
+
+namespace {
+
+Status ctrl_progress(Request* req) {
+    Ep* ep = req->send.ep;
+    const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
+                                   ? req->send.ctrl_data
+                                   : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
+    struct Arg {
+        const std::uint8_t* data;
+        std::size_t length;
+    } arg{data, req->send.ctrl_length};
+    ssize_t n = uct::ep_am_bcopy(
+        ep->am_ep, req->send.ctrl_am_id,
+        [](void* dest, void* a) -> std::size_t {
+            auto* x = static_cast<Arg*>(a);
+            std::memcpy(dest, x->data, x->length);
+            return x->length;
+        },
+        &arg, 0);
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
+    req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
+    return Status::ok;
+}
+
+}  // namespace
+
+Status send_request_start(Request* req);
+
+Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length) {
+    if (ep->flags & kEpFailed) return ep->failure;
+    if (ep->num_pending == 0) {
+        struct Arg {
+            const void* data;
+            std::size_t length;
+        } arg{data, length};
+        ssize_t n = uct::ep_am_bcopy(
+            ep->am_ep, id,
+            [](void* dest, void* a) -> std::size_t {
+                auto* x = static_cast<Arg*>(a);
+                std::memcpy(dest, x->data, x->length);
+                return x->length;
+            },
+            &arg, 0);
+        if (n >= 0) return Status::ok;
+        if (n != static_cast<ssize_t>(Status::no_resource)) return static_cast<Status>(n);
+    }
+    Request* req = alloc_request();
+    if (req == nullptr) return Status::no_memory;
+    req->flags |= kReqCtrl;
+    req->send.ep = ep;
+    req->send.ctrl_am_id = id;
+    req->send.ctrl_length = static_cast<std::uint16_t>(length);
+    if (length <= sizeof(req->send.ctrl_data)) {
+        std::memcpy(req->send.ctrl_data, data, length);
+    } else {
+        void* copy = std::malloc(length);
+        if (copy == nullptr) {
+            release(req);
+            return Status::no_memory;
+        }
+        std::memcpy(copy, data, length);
+        req->send.ctrl_heap = copy;
+    }
+    req->send.progress = ctrl_progress;
+    Status s = send_request_start(req);
+    return s == Status::in_progress ? Status::ok : s;
+}
+
+// --- pending sends -----------------------------------------------------------------------
+
+namespace {
+
+Status pending_cb(uct::PendingReq* pending) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
+    Ep* ep = req->send.ep;
+    Status s = req->send.progress(req);
+    if (s == Status::no_resource) return s;
+    --ep->num_pending;
+    return Status::ok;
+}
+
+}  // namespace
+
+/**
+ * Runs @p req's protocol now, or queues it behind the endpoint's earlier requests.
+ * Returns ok when the protocol step ran (it completes the request itself, possibly
+ * later) or the request was queued; an error when it could not be queued.
+ */
+Status send_request_start(Request* req) {
+    Ep* ep = req->send.ep;
+    if (ep->num_pending == 0) {
+        Status s = req->send.progress(req);
+        if (s != Status::no_resource) return s;
+    }
+    req->send.pending.func = pending_cb;
+    for (;;) {
+        Status s = uct::ep_pending_add(ep->am_ep, &req->send.pending, 0);
+        if (s == Status::ok) {
+            ++ep->num_pending;
+            return Status::ok;
+        }
+        if (s != Status::busy) {
+            req->worker->complete(req, s);
+            return s;
+        }
+        s = req->send.progress(req);
+        if (s != Status::no_resource) return s;
+    }
+}
+
+// --- endpoints ---------------------------------------------------------------------------
+
+namespace {
+
+void uct_ep_error(void* arg, uct::Ep*, Status status) {
+    auto* ep = static_cast<Ep*>(arg);
+    ep->worker->ep_fail(ep, status);
+}
+
+/** Default rendezvous threshold of a lane's transport; docs/protocols.md says why. */
+std::size_t auto_rndv_thresh(const std::string& tl_name) {
+    if (tl_name == "tcp") return 256 * 1024;  // emulated GET: no copy saved, only receiver memory
+    if (tl_name == "shm") return 32 * 1024;
+    return 16 * 1024;                         // self, rc: a real single copy or RDMA
+}
+
+}  // namespace
+
+Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
+    struct Candidate {
+        std::uint8_t local, remote;
+        double cost, bandwidth;
+        bool get_zcopy;
+    };
+    std::vector<Candidate> candidates;
+    std::string why;
+    for (std::size_t i = 0; i < worker.ifaces.size(); ++i) {
+        const WorkerIface& wi = worker.ifaces[i];
+        for (std::size_t j = 0; j < address.ifaces.size(); ++j) {
+            const RemoteIface& ri = address.ifaces[j];
+            if (ri.tl_name != wi.rsc->tl.tl_name) continue;
+            if (!(wi.attr.cap_flags & uct::kCapConnectToIface)) {
+                why += " " + ri.tl_name + ": connects endpoint to endpoint (not wired up yet);";
+                continue;
+            }
+            if ((wi.attr.cap_flags & uct::kCapSelfOnly) && address.uuid != worker.uuid) continue;
+            std::string reason;
+            if (!wi.iface->is_reachable(ri.dev_addr.data(), ri.dev_addr.size(), ri.iface_addr.data(),
+                                        ri.iface_addr.size(), &reason)) {
+                why += " " + ri.tl_name + "/" + wi.rsc->tl.dev_name + ": " + reason + ";";
+                continue;
+            }
+            Candidate c;
+            c.local = static_cast<std::uint8_t>(i);
+            c.remote = static_cast<std::uint8_t>(j);
+            c.cost = std::max<double>(wi.attr.latency.c, ri.latency) + wi.attr.overhead + ri.overhead;
+            c.bandwidth = std::min<double>(wi.attr.bandwidth_dedicated, ri.bandwidth);
+            c.get_zcopy = (wi.attr.cap_flags & uct::kCapGetZcopy) && (ri.cap_flags & uct::kCapGetZcopy);
+            candidates.push_back(c);
+        }
+    }
+    if (candidates.empty()) {
+        LOOM_LOG_ERROR("ucp: no transport reaches the peer:{}", why.empty() ? " no transport in common" : why);
+        return Status::unreachable;
+    }
+    // Both sides rank by the same symmetric figures; the transport name breaks ties so
+    // both pick the same pair.
+    auto name_of = [&](const Candidate& c) { return worker.ifaces[c.local].rsc->tl.tl_name; };
+    auto am_best = *std::min_element(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+        if (a.cost != b.cost) return a.cost < b.cost;
+        return name_of(a) < name_of(b);
+    });
+    const Candidate* rndv_best = nullptr;
+    for (const Candidate& c : candidates) {
+        if (!c.get_zcopy) continue;
+        if (rndv_best == nullptr || c.bandwidth > rndv_best->bandwidth ||
+            (c.bandwidth == rndv_best->bandwidth && c.cost < rndv_best->cost)) {
+            rndv_best = &c;
+        }
+    }
+
+    auto open_lane = [&](const Candidate& c) -> Status {
+        const WorkerIface& wi = worker.ifaces[c.local];
+        const RemoteIface& ri = address.ifaces[c.remote];
+        uct::EpParams params;
+        params.dev_addr = ri.dev_addr.data();
+        params.dev_addr_len = ri.dev_addr.size();
+        params.iface_addr = ri.iface_addr.data();
+        params.iface_addr_len = ri.iface_addr.size();
+        params.on_error = uct_ep_error;
+        params.on_error_arg = &ep;
+        auto uep = wi.iface->ep_create(params);
+        if (!uep) {
+            LOOM_LOG_ERROR("ucp: cannot connect {} on {} to the peer: {}", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name,
+                           to_string(uep.status()));
+            return uep.status();
+        }
+        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote};
+        return Status::ok;
+    };
+    if (Status s = open_lane(am_best); s != Status::ok) return s;
+    ep.am_lane = 0;
+    ep.am_ep = ep.lanes[0].ep;
+    ep.rndv_lane = kNoLane;
+    if (rndv_best != nullptr) {
+        if (rndv_best->local == am_best.local && rndv_best->remote == am_best.remote) {
+            ep.rndv_lane = 0;
+        } else if (open_lane(*rndv_best) == Status::ok) {
+            ep.rndv_lane = 1;
+        }
+    }
+    const WorkerIface& am = worker.ifaces[am_best.local];
+    ep.max_short = (am.attr.cap_flags & uct::kCapAmShort) ? static_cast<std::uint32_t>(am.attr.am.max_short) : 0;
+    ep.max_bcopy = static_cast<std::uint32_t>(std::min<std::size_t>(am.attr.am.max_bcopy, UINT32_MAX));
+    const ContextConfig& cfg = worker.context.config();
+    if (cfg.rndv_thresh != ucs::config::kSizeAuto) {
+        ep.rndv_thresh = cfg.rndv_thresh;
+    } else {
+        const std::string& tl =
+            worker.ifaces[ep.lanes[ep.rndv_lane == kNoLane ? 0 : ep.rndv_lane].iface].rsc->tl.tl_name;
+        ep.rndv_thresh = auto_rndv_thresh(tl);
+    }
+    return Status::ok;
+}
+
+Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set) {
+    auto* ep = static_cast<Ep*>(std::calloc(1, sizeof(Ep)));
+    if (ep == nullptr) return Status::no_memory;
+    new (&ep->outstanding) decltype(ep->outstanding)();
+    ep->worker = this;
+    ep->remote_uuid = address.uuid;
+    ep->flags = static_cast<std::uint8_t>(flags_to_set | (internal ? kEpInternal : 0));
+    ep->failure = Status::ok;
+    if (Status s = ep_select_lanes(*this, address, *ep); s != Status::ok) {
+        for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
+        std::free(ep);
+        return s;
+    }
+    eps.push_back(*ep);
+    ep_by_uuid.emplace(address.uuid, ep);  // keeps the first endpoint to that worker
+    if (context.config().proto_info) {
+        const WorkerIface& am = ifaces[ep->lanes[ep->am_lane].iface];
+        std::string rndv = ep->rndv_lane == kNoLane
+                               ? std::string("AM pipeline on the AM lane")
+                               : "RDMA GET on " + ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.tl_name + "/" +
+                                     ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.dev_name;
+        LOOM_LOG_INFO("ucp: endpoint to {:016x}: AM lane {}/{}\n"
+                      "  0 .. {} B: eager short\n"
+                      "  {} .. {} B: eager bcopy\n"
+                      "  {} B ..: rendezvous, {}",
+                      address.uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name, ep->max_short, ep->max_short + 1,
+                      ep->rndv_thresh - 1, ep->rndv_thresh, rndv);
+    }
+    return ep;
+}
+
+namespace {
+
+void purge_cb(uct::PendingReq* pending, void* arg) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
+    auto status = *static_cast<Status*>(arg);
+    --req->send.ep->num_pending;
+    req->worker->complete(req, status);
+}
+
+}  // namespace
+
+void Worker::ep_destroy(Ep* ep, Status status) {
+    Status st = status;
+    if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
+    for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
+    auto it = ep_by_uuid.find(ep->remote_uuid);
+    if (it != ep_by_uuid.end() && it->second == ep) ep_by_uuid.erase(it);
+    decltype(eps)::remove(*ep);
+    std::free(ep);
+}
+
+void Worker::ep_fail(Ep* ep, Status status) {
+    if (ep->flags & kEpFailed) return;
+    ep->flags |= kEpFailed;
+    ep->failure = status;
+    LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
+    Status st = status;
+    if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
+    tag_fail_peer_receives(*this, ep->remote_uuid, status);
+    if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
+        ep->on_error(ep->on_error_arg, ep, static_cast<int>(status));
+    }
+}
+
+// --- wire-up -----------------------------------------------------------------------------
+
+Status Worker::send_wireup(Ep* ep) {
+    std::vector<std::uint8_t> msg(sizeof(WireupHdr));
+    msg[0] = kWireupRequest;
+    std::vector<std::uint8_t> addr = pack_address();
+    msg.insert(msg.end(), addr.begin(), addr.end());
+    if (msg.size() > ep->max_bcopy) {
+        LOOM_LOG_ERROR("ucp: the worker address ({} bytes) does not fit one message of the AM lane ({} bytes)",
+                       msg.size(), ep->max_bcopy);
+        return Status::exceeds_limit;
+    }
+    return send_ctrl(ep, kAmWireup, msg.data(), msg.size());
+}
+
+Status wireup_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto* worker = static_cast<Worker*>(arg);
+    if (length < sizeof(WireupHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a wire-up message of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    WireupHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    if (hdr.type != kWireupRequest) {
+        LOOM_LOG_WARN("ucp: dropped a wire-up message of unknown type {}", hdr.type);
+        return Status::ok;
+    }
+    auto address = Worker::unpack_address(static_cast<std::uint8_t*>(data) + sizeof(hdr), length - sizeof(hdr));
+    if (!address) {
+        LOOM_LOG_WARN("ucp: dropped a wire-up request with a bad address");
+        return Status::ok;
+    }
+    if (worker->ep_by_uuid.count(address->uuid) != 0) return Status::ok;
+    // The peer will need replies (acknowledgements, rendezvous): an endpoint back to it.
+    auto ep = worker->ep_create(*address, true, 0);
+    if (!ep) LOOM_LOG_WARN("ucp: cannot create the reply endpoint to {:016x}", address->uuid);
+    return Status::ok;
+}
+
+}  // namespace loom::ucp

@@ -1,0 +1,177 @@
+/**
+ * A protocol-layer worker: one iface per transport resource of its context, the
+ * progress engine that drives them, the tag matcher, the request pool, and the
+ * endpoints to peer workers. Not thread-safe by itself: LOOM_THREAD_MODE_MULTI is
+ * refused for now (docs/protocols.md).
+ */
+#pragma once
+
+#include "ucp/core/context.h"
+#include "ucp/core/ep.h"
+#include "ucp/core/request.h"
+#include "ucp/tag/tag_match.h"
+#include "ucs/datastruct/list.h"
+#include "ucs/memory/mem_pool.h"
+#include "uct/api/uct.h"
+#include "uct/base/uct_worker.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace loom::ucp {
+
+/** One iface of a worker. */
+struct WorkerIface {
+    std::unique_ptr<uct::Iface> iface;
+    uct::IfaceAttr attr;
+    const ContextResource* rsc = nullptr;
+};
+
+/** One transport address in a peer's worker address. */
+struct RemoteIface {
+    std::string tl_name;
+    uct::DeviceType dev_type = uct::DeviceType::net;
+    std::uint64_t cap_flags = 0;
+    float latency = 0;    ///< seconds
+    float bandwidth = 0;  ///< bytes per second
+    float overhead = 0;   ///< seconds
+    std::uint8_t priority = 0;
+    std::vector<std::uint8_t> dev_addr;
+    std::vector<std::uint8_t> iface_addr;
+};
+
+/** A peer's worker address, unpacked and validated. */
+struct UnpackedAddress {
+    std::uint64_t uuid = 0;
+    std::vector<RemoteIface> ifaces;
+};
+
+/** Version of the packed worker address; unpack refuses others with version_mismatch. */
+inline constexpr std::uint8_t kAddressVersion = 1;
+
+/** A message that arrived before a receive wanted it. */
+struct UnexpDesc {
+    TagUnexpEntry entry;
+    enum Kind : std::uint8_t { eager, rts } kind;
+    bool complete;          ///< every fragment has arrived
+    bool sync;              ///< acknowledge the match (sreq_id)
+    bool pooled;            ///< from the worker's small-descriptor pool, else malloc'ed
+    std::uint64_t sender_uuid;
+    std::uint64_t sreq_id;
+    std::uint64_t msg_id;
+    std::size_t length;     ///< message bytes (eager) or rendezvous length
+    std::size_t received;   ///< eager bytes that arrived so far
+    Request* waiting;       ///< a receive that took the message before it was complete
+    // the data (eager) or RtsHdr + packed key (rts) follow
+    std::uint8_t* data() { return reinterpret_cast<std::uint8_t*>(this + 1); }
+};
+
+/** Key of a multi-fragment message being assembled. */
+struct FragKey {
+    std::uint64_t uuid;
+    std::uint64_t msg_id;
+    bool operator==(const FragKey&) const = default;
+};
+struct FragKeyHash {
+    std::size_t operator()(const FragKey& k) const noexcept { return k.uuid * 0x9e3779b97f4a7c15ull ^ k.msg_id; }
+};
+
+/** Where the later fragments of a message go: a matched receive, or the unexpected descriptor. */
+struct FragTarget {
+    Request* recv = nullptr;
+    UnexpDesc* desc = nullptr;
+};
+
+struct WorkerParams {
+    uct::ThreadMode thread_mode = uct::ThreadMode::single;
+};
+
+class Worker {
+public:
+    /** Opens an iface on every resource of @p ctx and registers the protocol handlers. */
+    static Result<std::unique_ptr<Worker>> create(Context& ctx, const WorkerParams& params);
+
+    /** Fails what is outstanding with canceled, destroys endpoints and ifaces. */
+    ~Worker();
+    Worker(const Worker&) = delete;
+    Worker& operator=(const Worker&) = delete;
+
+    /** Runs the transports' progress and deferred work; returns events handled. */
+    unsigned progress();
+
+    /** The packed address: version, uuid and every iface's transport address. */
+    std::vector<std::uint8_t> pack_address() const;
+
+    /**
+     * Validates and unpacks a packed address from @p data (at most @p max_length bytes
+     * are read). invalid_address, version_mismatch, each with a log line.
+     */
+    static Result<UnpackedAddress> unpack_address(const void* data, std::size_t max_length);
+
+    /** Creates an endpoint to @p address; see Ep. */
+    Result<Ep*> ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set);
+
+    /** Tells the peer of @p ep who we are, so it can reply (sync acknowledgements, rendezvous). */
+    Status send_wireup(Ep* ep);
+
+    /** Destroys @p ep now: its outstanding sends complete with @p status. */
+    void ep_destroy(Ep* ep, Status status);
+
+    /** Marks @p ep failed with @p status: fails its requests and calls its error callback. */
+    void ep_fail(Ep* ep, Status status);
+
+    /**
+     * Sends a small control message (a wire header of @p length bytes) on @p ep's AM
+     * lane, queueing it when the transport lacks resources. ok or an error.
+     */
+    Status send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length);
+
+    // --- requests
+    /** A request from the pool, flags cleared; nullptr when memory is exhausted. */
+    Request* alloc_request();
+    /** Places a request in the caller's memory @p handle (request_size bytes before it are ours). */
+    Request* init_caller_request(void* handle);
+    /** Completes @p req with @p status: runs its callback and releases it when freed. */
+    void complete(Request* req, Status status);
+    /** Releases @p req when it has completed and been freed. */
+    void release(Request* req);
+
+    Context& context;
+    uct::Worker uct_worker;
+    std::vector<WorkerIface> ifaces;
+    std::uint64_t uuid = 0;
+    TagMatcher tm;
+    ucs::MemPool req_pool;
+    ucs::MemPool small_desc_pool;  ///< unexpected eager messages up to kSmallDescData bytes
+    RequestTable req_table;
+    std::unordered_map<std::uint64_t, Ep*> ep_by_uuid;
+    std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
+    ucs::List<Ep, &Ep::worker_link> eps;
+    std::uint64_t next_msg_id = 1;
+    std::uint32_t num_ifaces_with_progress = 0;
+
+    static constexpr std::size_t kSmallDescData = 512;
+
+private:
+    explicit Worker(Context& ctx, uct::ThreadMode mode) : context(ctx), uct_worker(mode) {}
+    Status init();
+};
+
+// --- protocol entry points (src/ucp/tag) --------------------------------------------------
+
+/** Registers the tag protocol's AM handlers on every iface of @p worker. */
+Status tag_register_handlers(Worker& worker);
+
+/** Handles a peer's wire-up request (src/ucp/core/wireup.cc). */
+Status wireup_handler(void* arg, void* data, std::size_t length, unsigned flags);
+
+/** Lane selection for an endpoint (ep.cc). */
+Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
+
+/** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
+void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
+
+}  // namespace loom::ucp

@@ -1,0 +1,719 @@
+/**
+ * Tagged messages: the eager protocols (short, single bcopy, multi-fragment bcopy,
+ * with or without a synchronous acknowledgement) and rendezvous (RTS, then RDMA GET by
+ * the receiver and ATS, or RTR and an AM pipeline of fragments). docs/protocols.md
+ * describes the wire and the choice by size.
+ */
+#include "ucp/tag/tag_proto.h"
+
+#include "ucp/core/ucp_log.h"
+#include "ucp/core/wire.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace loom::ucp {
+
+Status send_request_start(Request* req);
+
+namespace {
+
+constexpr std::uint64_t kRndvMsgBit = 1ull << 63;  // AM-pipeline msg ids never collide with eager ones
+
+Request* recv_of(TagRecvEntry* entry) {
+    return reinterpret_cast<Request*>(reinterpret_cast<char*>(entry) - offsetof(Request, recv.entry));
+}
+UnexpDesc* desc_of(TagUnexpEntry* entry) { return reinterpret_cast<UnexpDesc*>(entry); }
+
+void free_desc(Worker& w, UnexpDesc* desc) {
+    if (desc->pooled) {
+        w.small_desc_pool.put(desc);
+    } else {
+        std::free(desc);
+    }
+}
+
+/** A descriptor with room for @p data_length bytes after it; nullptr without memory. */
+UnexpDesc* alloc_desc(Worker& w, std::size_t data_length) {
+    UnexpDesc* desc;
+    bool pooled = data_length <= Worker::kSmallDescData;
+    if (pooled) {
+        desc = static_cast<UnexpDesc*>(w.small_desc_pool.get());
+    } else {
+        desc = static_cast<UnexpDesc*>(std::malloc(sizeof(UnexpDesc) + data_length));
+    }
+    if (desc == nullptr) return nullptr;
+    desc->entry.hash_link = {};
+    desc->entry.order_link = {};
+    desc->pooled = pooled;
+    desc->sync = false;
+    desc->complete = true;
+    desc->sender_uuid = 0;
+    desc->sreq_id = 0;
+    desc->msg_id = 0;
+    desc->received = 0;
+    desc->waiting = nullptr;
+    return desc;
+}
+
+/** The endpoint replies to @p uuid go on; nullptr (logged) when the peer never wired up. */
+Ep* reply_ep(Worker& w, std::uint64_t uuid) {
+    auto it = w.ep_by_uuid.find(uuid);
+    if (it == w.ep_by_uuid.end()) {
+        LOOM_LOG_WARN("ucp: no endpoint to reply to worker {:016x}", uuid);
+        return nullptr;
+    }
+    return it->second;
+}
+
+void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status) {
+    Ep* ep = reply_ep(w, uuid);
+    if (ep == nullptr) return;
+    AckHdr ack{sreq_id, static_cast<std::int32_t>(status), 0};
+    if (Status s = w.send_ctrl(ep, id, &ack, sizeof(ack)); s != Status::ok) {
+        LOOM_LOG_WARN("ucp: cannot acknowledge to {:016x}: {}", uuid, to_string(s));
+    }
+}
+
+/** Stores @p len bytes at @p offset of @p req's message, dropping what exceeds its buffer. */
+void recv_store(Request* req, std::size_t offset, const void* src, std::size_t len) {
+    const std::size_t capacity = req->recv.dt.length;
+    if (offset >= capacity) return;
+    const std::size_t n = std::min(len, capacity - offset);
+    if (Status s = req->recv.dt.unpack(offset, src, n); s != Status::ok && req->recv.comp.status == Status::ok) {
+        req->recv.comp.status = s;
+    }
+}
+
+/** Completes a receive whose message has fully arrived. */
+void recv_finish(Worker& w, Request* req) {
+    Status s = req->recv.comp.status;
+    if (s == Status::ok && req->recv.info.length > req->recv.dt.length) s = Status::message_truncated;
+    req->recv.dt.finish();
+    w.complete(req, s);
+}
+
+void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len);
+
+/** A receive takes the unexpected message @p desc (already out of the queue). */
+void recv_take_desc(Worker& w, Request* req, UnexpDesc* desc) {
+    if (desc->kind == UnexpDesc::rts) {
+        RtsHdr rts;
+        std::memcpy(&rts, desc->data(), sizeof(rts));
+        rndv_recv_start(w, req, rts, desc->data() + sizeof(rts), rts.rkey_length);
+        free_desc(w, desc);
+        return;
+    }
+    req->recv.info.sender_tag = desc->entry.tag;
+    req->recv.info.length = desc->length;
+    recv_store(req, 0, desc->data(), desc->received);
+    req->recv.received = desc->received;
+    if (desc->sync) send_ack(w, desc->sender_uuid, kAmSyncAck, desc->sreq_id, Status::ok);
+    if (!desc->complete) {
+        // The rest of the message goes straight to the receive from now on.
+        w.frags[FragKey{desc->sender_uuid, desc->msg_id}] = FragTarget{req, nullptr};
+        free_desc(w, desc);
+        return;
+    }
+    free_desc(w, desc);
+    recv_finish(w, req);
+}
+
+// --- receive handlers --------------------------------------------------------------------
+
+/** Eager message in one piece: [tag][payload] (kAmEagerOnly) or EagerSyncHdr + payload. */
+template <bool Sync>
+Status eager_only_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    constexpr std::size_t hdr_len = Sync ? sizeof(EagerSyncHdr) : sizeof(Tag);
+    if (LOOM_UNLIKELY(length < hdr_len)) {
+        LOOM_LOG_WARN("ucp: dropped an eager message of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerSyncHdr hdr{};
+    std::memcpy(&hdr, data, hdr_len);
+    const auto* payload = static_cast<const std::uint8_t*>(data) + hdr_len;
+    const std::size_t plen = length - hdr_len;
+    if (TagRecvEntry* entry = w.tm.match_expected(hdr.tag)) {
+        Request* req = recv_of(entry);
+        req->recv.info.sender_tag = hdr.tag;
+        req->recv.info.length = plen;
+        recv_store(req, 0, payload, plen);
+        if (Sync) send_ack(w, hdr.sender_uuid, kAmSyncAck, hdr.sreq_id, Status::ok);
+        recv_finish(w, req);
+        return Status::ok;
+    }
+    UnexpDesc* desc = alloc_desc(w, plen);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", plen);
+        return Status::ok;
+    }
+    desc->kind = UnexpDesc::eager;
+    desc->length = plen;
+    desc->received = plen;
+    desc->sync = Sync;
+    desc->sender_uuid = hdr.sender_uuid;
+    desc->sreq_id = hdr.sreq_id;
+    std::memcpy(desc->data(), payload, plen);
+    w.tm.push_unexpected(desc->entry, hdr.tag);
+    return Status::ok;
+}
+
+Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(EagerFirstHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a first fragment of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerFirstHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    const auto* payload = static_cast<const std::uint8_t*>(data) + sizeof(hdr);
+    const std::size_t plen = length - sizeof(hdr);
+    if (plen > hdr.total_length) {
+        LOOM_LOG_WARN("ucp: dropped a first fragment carrying {} bytes of a {}-byte message", plen, hdr.total_length);
+        return Status::ok;
+    }
+    const FragKey key{hdr.sender_uuid, hdr.msg_id};
+    if (TagRecvEntry* entry = w.tm.match_expected(hdr.tag)) {
+        Request* req = recv_of(entry);
+        req->recv.info.sender_tag = hdr.tag;
+        req->recv.info.length = hdr.total_length;
+        recv_store(req, 0, payload, plen);
+        req->recv.received = plen;
+        if (hdr.sreq_id != 0) send_ack(w, hdr.sender_uuid, kAmSyncAck, hdr.sreq_id, Status::ok);
+        if (plen == hdr.total_length) {
+            recv_finish(w, req);
+        } else {
+            w.frags[key] = FragTarget{req, nullptr};
+        }
+        return Status::ok;
+    }
+    UnexpDesc* desc = alloc_desc(w, hdr.total_length);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", hdr.total_length);
+        return Status::ok;
+    }
+    desc->kind = UnexpDesc::eager;
+    desc->length = hdr.total_length;
+    desc->received = plen;
+    desc->complete = plen == hdr.total_length;
+    desc->sync = hdr.sreq_id != 0;
+    desc->sender_uuid = hdr.sender_uuid;
+    desc->sreq_id = hdr.sreq_id;
+    desc->msg_id = hdr.msg_id;
+    std::memcpy(desc->data(), payload, plen);
+    w.tm.push_unexpected(desc->entry, hdr.tag);
+    if (!desc->complete) w.frags[key] = FragTarget{nullptr, desc};
+    return Status::ok;
+}
+
+Status eager_middle_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(EagerMiddleHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a fragment of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerMiddleHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    const auto* payload = static_cast<const std::uint8_t*>(data) + sizeof(hdr);
+    const std::size_t plen = length - sizeof(hdr);
+    auto it = w.frags.find(FragKey{hdr.sender_uuid, hdr.msg_id});
+    if (it == w.frags.end()) {
+        LOOM_LOG_WARN("ucp: dropped a fragment of unknown message {} from {:016x}", hdr.msg_id, hdr.sender_uuid);
+        return Status::ok;
+    }
+    FragTarget target = it->second;
+    if (target.recv != nullptr) {
+        Request* req = target.recv;
+        if (hdr.offset + plen > req->recv.info.length || hdr.offset + plen < hdr.offset) {
+            LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
+                          req->recv.info.length);
+            return Status::ok;
+        }
+        recv_store(req, hdr.offset, payload, plen);
+        req->recv.received += plen;
+        if (req->recv.received >= req->recv.info.length) {
+            w.frags.erase(it);
+            recv_finish(w, req);
+        }
+        return Status::ok;
+    }
+    UnexpDesc* desc = target.desc;
+    if (hdr.offset + plen > desc->length || hdr.offset + plen < hdr.offset) {
+        LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen, desc->length);
+        return Status::ok;
+    }
+    std::memcpy(desc->data() + hdr.offset, payload, plen);
+    desc->received += plen;
+    if (desc->received >= desc->length) {
+        desc->complete = true;
+        w.frags.erase(it);
+    }
+    return Status::ok;
+}
+
+Status sync_ack_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(AckHdr)) return Status::ok;
+    AckHdr ack;
+    std::memcpy(&ack, data, sizeof(ack));
+    Request* req = w.req_table.take(ack.sreq_id);
+    if (req == nullptr) {
+        LOOM_LOG_WARN("ucp: dropped an acknowledgement for unknown request {:#x}", ack.sreq_id);
+        return Status::ok;
+    }
+    if (req->send.offset < req->send.dt.length) {
+        req->flags |= kReqAcked;  // completes when its last fragment has left
+        return Status::ok;
+    }
+    req->send.dt.finish();
+    w.complete(req, Status::ok);
+    return Status::ok;
+}
+
+Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    RtsHdr rts;
+    if (length < sizeof(rts)) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous request of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    std::memcpy(&rts, data, sizeof(rts));
+    if (sizeof(rts) + rts.rkey_length != length) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous request with a {}-byte key in {} bytes", rts.rkey_length, length);
+        return Status::ok;
+    }
+    const auto* rkey = static_cast<const std::uint8_t*>(data) + sizeof(rts);
+    if (TagRecvEntry* entry = w.tm.match_expected(rts.tag)) {
+        rndv_recv_start(w, recv_of(entry), rts, rkey, rts.rkey_length);
+        return Status::ok;
+    }
+    UnexpDesc* desc = alloc_desc(w, length);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for a rendezvous request; dropped");
+        return Status::ok;
+    }
+    desc->kind = UnexpDesc::rts;
+    desc->length = rts.length;
+    desc->sender_uuid = rts.sender_uuid;
+    std::memcpy(desc->data(), data, length);
+    w.tm.push_unexpected(desc->entry, rts.tag);
+    return Status::ok;
+}
+
+Status ats_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(AckHdr)) return Status::ok;
+    AckHdr ack;
+    std::memcpy(&ack, data, sizeof(ack));
+    Request* req = w.req_table.take(ack.sreq_id);
+    if (req == nullptr) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous completion for unknown request {:#x}", ack.sreq_id);
+        return Status::ok;
+    }
+    req->send.dt.finish();
+    w.complete(req, static_cast<Status>(ack.status));
+    return Status::ok;
+}
+
+Status am_pipeline_progress(Request* req);
+
+Status rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(AckHdr)) return Status::ok;
+    AckHdr ack;
+    std::memcpy(&ack, data, sizeof(ack));
+    Request* req = w.req_table.take(ack.sreq_id);
+    if (req == nullptr) {
+        LOOM_LOG_WARN("ucp: dropped a ready-to-receive for unknown request {:#x}", ack.sreq_id);
+        return Status::ok;
+    }
+    req->send.offset = 0;
+    req->send.progress = am_pipeline_progress;
+    (void)send_request_start(req);
+    return Status::ok;
+}
+
+// --- rendezvous receive ------------------------------------------------------------------
+
+void rndv_get_done(uct::Completion* comp) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(comp) - offsetof(Request, recv.comp));
+    Worker& w = *req->worker;
+    if (req->recv.memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->recv.memh);
+    req->recv.rkey_component->rkey_release(req->recv.rkey);
+    send_ack(w, req->recv.sender_uuid, kAmRndvAts, req->recv.sreq_id, comp->status);
+    req->recv.dt.finish();
+    w.complete(req, comp->status);
+}
+
+/**
+ * Issues the GETs of a rendezvous receive from get_offset on. Returns no_resource when
+ * the lane is busy (the caller queues the request), ok when everything is issued or
+ * the receive failed.
+ */
+Status rndv_get_issue(Request* req) {
+    Worker& w = *req->worker;
+    auto it = w.ep_by_uuid.find(req->recv.sender_uuid);
+    if (it == w.ep_by_uuid.end() || (it->second->flags & kEpFailed)) {
+        uct::completion_update(&req->recv.comp, Status::endpoint_failure);
+        return Status::ok;
+    }
+    const Lane& lane = it->second->lanes[req->recv.lane];
+    const std::size_t max_zcopy = std::max<std::size_t>(w.ifaces[lane.iface].attr.get.max_zcopy, 1);
+    const std::size_t length = req->recv.info.length;
+    auto* buffer = static_cast<char*>(req->recv.dt.buffer);
+    while (req->recv.get_offset < length) {
+        const std::size_t chunk = std::min(max_zcopy, length - req->recv.get_offset);
+        uct::Iov iov{buffer + req->recv.get_offset, chunk, req->recv.memh};
+        ++req->recv.comp.count;
+        Status s = uct::ep_get_zcopy(lane.ep, &iov, 1, req->recv.remote_address + req->recv.get_offset,
+                                     req->recv.rkey.rkey, &req->recv.comp);
+        if (s == Status::no_resource) {
+            --req->recv.comp.count;
+            return Status::no_resource;
+        }
+        if (s == Status::ok) {
+            --req->recv.comp.count;
+        } else if (s != Status::in_progress) {
+            uct::completion_update(&req->recv.comp, s);  // this chunk's reference
+            break;
+        }
+        req->recv.get_offset += chunk;
+    }
+    req->recv.get_offset = length;
+    uct::completion_update(&req->recv.comp, Status::ok);  // the issuing reference
+    return Status::ok;
+}
+
+Status rndv_get_pending(uct::PendingReq* pending) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, recv.pending));
+    return rndv_get_issue(req);
+}
+
+/** Starts the GETs, queueing the rest on the lane when it lacks resources. */
+void rndv_get_progress(Request* req) {
+    while (rndv_get_issue(req) == Status::no_resource) {
+        Worker& w = *req->worker;
+        const Lane& lane = w.ep_by_uuid[req->recv.sender_uuid]->lanes[req->recv.lane];
+        req->recv.pending.func = rndv_get_pending;
+        Status s = uct::ep_pending_add(lane.ep, &req->recv.pending, 0);
+        if (s == Status::ok) return;
+        if (s != Status::busy) {
+            uct::completion_update(&req->recv.comp, s);
+            return;
+        }
+    }
+}
+
+void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len) {
+    req->recv.info.sender_tag = rts.tag;
+    req->recv.info.length = rts.length;
+    req->recv.sender_uuid = rts.sender_uuid;
+    req->recv.sreq_id = rts.sreq_id;
+    req->recv.received = 0;
+    if (rts.length > req->recv.dt.length) {
+        // Truncated: nothing moves; the sender completes, the receive reports the length.
+        send_ack(w, rts.sender_uuid, kAmRndvAts, rts.sreq_id, Status::ok);
+        req->recv.dt.finish();
+        w.complete(req, Status::message_truncated);
+        return;
+    }
+    auto it = w.ep_by_uuid.find(rts.sender_uuid);
+    if (it == w.ep_by_uuid.end()) {
+        LOOM_LOG_ERROR("ucp: rendezvous from {:016x}, which never wired up; receive failed", rts.sender_uuid);
+        w.complete(req, Status::not_connected);
+        return;
+    }
+    Ep* ep = it->second;
+    std::uint8_t lane = kNoLane;
+    if (w.context.config().rndv_scheme != RndvScheme::am && rts.address != 0 && req->recv.dt.contig()) {
+        lane = ep->lane_of_iface(rts.iface_index);
+    }
+    if (lane != kNoLane) {
+        const WorkerIface& wi = w.ifaces[ep->lanes[lane].iface];
+        auto unpacked = wi.rsc->component->rkey_unpack(rkey, rkey_len);
+        req->recv.memh = uct::kMemHNull;
+        if (unpacked && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh) && rts.length != 0) {
+            auto memh = wi.rsc->md->mem_reg(req->recv.dt.buffer, rts.length, uct::kAccessLocalWrite);
+            if (!memh) {
+                wi.rsc->component->rkey_release(*unpacked);
+                unpacked = memh.status();
+            } else {
+                req->recv.memh = *memh;
+            }
+        }
+        if (unpacked) {
+            req->recv.rkey = *unpacked;
+            req->recv.rkey_component = wi.rsc->component;
+            req->recv.md = wi.rsc->md;
+            req->recv.lane = lane;
+            req->recv.remote_address = rts.address;
+            req->recv.get_offset = 0;
+            req->recv.comp.func = rndv_get_done;
+            req->recv.comp.count = 1;
+            req->recv.comp.status = Status::ok;
+            rndv_get_progress(req);
+            return;
+        }
+        LOOM_LOG_DEBUG("ucp: rendezvous GET not possible ({}); using the AM pipeline", to_string(unpacked.status()));
+    }
+    // AM pipeline: ask for the data, which arrives as fragments of the RTS's msg_id.
+    req->recv.comp.status = Status::ok;
+    if (rts.length == 0) {
+        send_ack(w, rts.sender_uuid, kAmRndvAts, rts.sreq_id, Status::ok);
+        recv_finish(w, req);
+        return;
+    }
+    w.frags[FragKey{rts.sender_uuid, rts.msg_id}] = FragTarget{req, nullptr};
+    send_ack(w, rts.sender_uuid, kAmRndvRtr, rts.sreq_id, Status::ok);
+}
+
+// --- send protocols ----------------------------------------------------------------------
+
+struct PackArg {
+    Request* req;
+    const void* hdr;
+    std::size_t hdr_len;
+    std::size_t payload;
+};
+
+std::size_t pack_hdr_payload(void* dest, void* a) {
+    auto* arg = static_cast<PackArg*>(a);
+    std::memcpy(dest, arg->hdr, arg->hdr_len);
+    std::size_t n = arg->payload == 0
+                        ? 0
+                        : arg->req->send.dt.pack(arg->req->send.offset, static_cast<char*>(dest) + arg->hdr_len,
+                                                 arg->payload);
+    return arg->hdr_len + n;
+}
+
+/** The send is done on our side: complete it unless it waits for the peer. */
+void send_local_done(Request* req) {
+    Worker& w = *req->worker;
+    if ((req->flags & kReqSync) && !(req->flags & kReqAcked)) return;  // the acknowledgement completes it
+    req->send.dt.finish();
+    w.complete(req, Status::ok);
+}
+
+/** One bcopy message: the tag (or EagerSyncHdr) and the whole payload. */
+Status eager_bcopy_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    EagerSyncHdr hdr{req->send.tag, w.uuid, req->flags & kReqSync ? w.req_table.wire_id(req) : 0};
+    const bool sync = req->flags & kReqSync;
+    PackArg arg{req, &hdr, sync ? sizeof(EagerSyncHdr) : sizeof(Tag), req->send.dt.length};
+    ssize_t n = uct::ep_am_bcopy(ep->am_ep, sync ? kAmEagerSyncOnly : kAmEagerOnly, pack_hdr_payload, &arg, 0);
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    if (n < 0) {
+        req->send.dt.finish();
+        w.complete(req, static_cast<Status>(n));
+        return Status::ok;
+    }
+    req->send.offset = req->send.dt.length;
+    send_local_done(req);
+    return Status::ok;
+}
+
+/** Sends fragments from send.offset on: a first one with the tag, then middles. */
+Status eager_multi_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    const std::size_t length = req->send.dt.length;
+    do {
+        ssize_t n;
+        std::size_t chunk;
+        if (req->send.offset == 0 && !(req->send.msg_id & kRndvMsgBit)) {
+            EagerFirstHdr hdr{req->send.tag, w.uuid, req->send.msg_id, length,
+                              req->flags & kReqSync ? w.req_table.wire_id(req) : 0};
+            chunk = std::min<std::size_t>(length, ep->max_bcopy - sizeof(hdr));
+            PackArg arg{req, &hdr, sizeof(hdr), chunk};
+            n = uct::ep_am_bcopy(ep->am_ep, kAmEagerFirst, pack_hdr_payload, &arg, 0);
+        } else {
+            EagerMiddleHdr hdr{w.uuid, req->send.msg_id & ~kRndvMsgBit, req->send.offset};
+            chunk = std::min<std::size_t>(length - req->send.offset, ep->max_bcopy - sizeof(hdr));
+            PackArg arg{req, &hdr, sizeof(hdr), chunk};
+            n = uct::ep_am_bcopy(ep->am_ep, kAmEagerMiddle, pack_hdr_payload, &arg, 0);
+        }
+        if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+        if (n < 0) {
+            req->send.dt.finish();
+            w.complete(req, static_cast<Status>(n));
+            return Status::ok;
+        }
+        req->send.offset += chunk;
+    } while (req->send.offset < length);
+    send_local_done(req);
+    return Status::ok;
+}
+
+Status am_pipeline_progress(Request* req) {
+    // The RTR arrived: the data follows as middle fragments of the RTS's msg_id.
+    req->send.msg_id |= kRndvMsgBit;
+    return eager_multi_progress(req);
+}
+
+/** Sends the RTS (registering the buffer for GET where the rendezvous lane allows). */
+Status rndv_rts_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    std::uint8_t buf[sizeof(RtsHdr) + 256];
+    RtsHdr rts{};
+    rts.tag = req->send.tag;
+    rts.sender_uuid = w.uuid;
+    rts.sreq_id = w.req_table.wire_id(req);
+    rts.length = req->send.dt.length;
+    rts.msg_id = req->send.msg_id;
+    const bool get = ep->rndv_lane != kNoLane && req->send.dt.contig() &&
+                     w.context.config().rndv_scheme != RndvScheme::am;
+    std::size_t rkey_len = 0;
+    if (get) {
+        const Lane& lane = ep->lanes[ep->rndv_lane];
+        const ContextResource& rsc = *w.ifaces[lane.iface].rsc;
+        if (req->send.memh == uct::kMemHNull && (rsc.md_attr.flags & uct::MdAttr::kReg) && rts.length != 0) {
+            auto memh = rsc.md->mem_reg(req->send.dt.buffer, rts.length, uct::kAccessRemoteGet | uct::kAccessLocalRead);
+            if (memh) {
+                req->send.memh = *memh;
+                req->send.rndv_lane = ep->rndv_lane;
+                req->flags |= kReqRndv;
+            }
+        }
+        rkey_len = rsc.md_attr.rkey_packed_size;
+        if (rkey_len <= 256 && (req->send.memh != uct::kMemHNull || !(rsc.md_attr.flags & uct::MdAttr::kNeedRkey)) &&
+            (rkey_len == 0 || rsc.md->mkey_pack(req->send.memh, buf + sizeof(RtsHdr)) == Status::ok)) {
+            rts.address = reinterpret_cast<std::uintptr_t>(req->send.dt.buffer);
+            rts.iface_index = lane.remote_iface;
+        } else {
+            rkey_len = 0;
+        }
+    }
+    rts.rkey_length = static_cast<std::uint16_t>(rkey_len);
+    std::memcpy(buf, &rts, sizeof(rts));
+    struct Arg {
+        const std::uint8_t* data;
+        std::size_t length;
+    } arg{buf, sizeof(rts) + rkey_len};
+    ssize_t n = uct::ep_am_bcopy(
+        ep->am_ep, kAmRndvRts,
+        [](void* dest, void* a) -> std::size_t {
+            auto* x = static_cast<Arg*>(a);
+            std::memcpy(dest, x->data, x->length);
+            return x->length;
+        },
+        &arg, 0);
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    if (n < 0) {
+        req->send.dt.finish();
+        w.complete(req, static_cast<Status>(n));
+    }
+    return Status::ok;  // the ATS or RTR moves it on
+}
+
+}  // namespace
+
+// --- public entry points -----------------------------------------------------------------
+
+Status tag_register_handlers(Worker& w) {
+    struct {
+        uct::AmId id;
+        uct::AmCallback cb;
+    } const handlers[] = {
+        {kAmEagerOnly, eager_only_handler<false>}, {kAmEagerSyncOnly, eager_only_handler<true>},
+        {kAmEagerFirst, eager_first_handler},      {kAmEagerMiddle, eager_middle_handler},
+        {kAmSyncAck, sync_ack_handler},            {kAmRndvRts, rts_handler},
+        {kAmRndvAts, ats_handler},                 {kAmRndvRtr, rtr_handler},
+    };
+    for (WorkerIface& wi : w.ifaces) {
+        for (const auto& h : handlers) {
+            if (Status s = wi.iface->set_am_handler(h.id, h.cb, &w, 0); s != Status::ok) return s;
+        }
+    }
+    return Status::ok;
+}
+
+void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
+    for (auto it = w.frags.begin(); it != w.frags.end();) {
+        if (it->first.uuid != uuid) {
+            ++it;
+            continue;
+        }
+        FragTarget target = it->second;
+        it = w.frags.erase(it);
+        if (target.recv != nullptr) {
+            target.recv->recv.dt.finish();
+            w.complete(target.recv, status);
+        } else if (target.desc != nullptr) {
+            // An unexpected message that will never be complete: nobody may receive it.
+            if (target.desc->entry.queued()) {
+                w.tm.remove_unexpected(target.desc->entry);
+                free_desc(w, target.desc);
+            } else {
+                target.desc->complete = true;  // held by a probe handle: received as far as it got
+                target.desc->length = target.desc->received;
+            }
+        }
+    }
+}
+
+Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
+    Worker& w = *ep->worker;
+    req->send.ep = ep;
+    req->send.tag = tag;
+    req->send.offset = 0;
+    req->send.memh = uct::kMemHNull;
+    req->send.msg_id = w.next_msg_id++;
+    if (sync) req->flags |= kReqSync;
+    const std::size_t length = req->send.dt.length;
+    if (length >= ep->rndv_thresh) {
+        req->send.progress = rndv_rts_progress;
+    } else if (length + (sync ? sizeof(EagerSyncHdr) : sizeof(Tag)) <= ep->max_bcopy) {
+        req->send.progress = eager_bcopy_progress;
+    } else {
+        req->send.progress = eager_multi_progress;
+    }
+    if (sync || req->send.progress == rndv_rts_progress) {
+        if (Status s = w.req_table.insert(req); s != Status::ok) {
+            req->send.dt.finish();
+            w.complete(req, s);
+            return s;
+        }
+    }
+    req->flags |= kReqInEpList;
+    ep->outstanding.push_back(*req);
+    return send_request_start(req);
+}
+
+void tag_recv_start(Worker& w, Request* req, UnexpDesc* desc, Tag tag, Tag mask) {
+    req->flags |= kReqRecv;
+    req->recv.entry.link = {};
+    req->recv.received = 0;
+    req->recv.info = {0, 0};
+    req->recv.comp.status = Status::ok;
+    req->recv.sender_uuid = 0;
+    if (desc != nullptr) {
+        recv_take_desc(w, req, desc);
+    } else {
+        w.tm.push_expected(req->recv.entry, tag, mask);
+    }
+}
+
+UnexpDesc* tag_probe(Worker& w, Tag tag, Tag mask, bool remove, TagRecvInfo* info) {
+    TagUnexpEntry* entry = w.tm.probe(tag, mask, remove);
+    if (entry == nullptr) return nullptr;
+    UnexpDesc* desc = desc_of(entry);
+    if (info != nullptr) *info = TagRecvInfo{entry->tag, desc->length};
+    return desc;
+}
+
+Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& info) {
+    info = TagRecvInfo{desc->entry.tag, desc->length};
+    const std::size_t n = std::min(desc->length, dt.length);
+    Status s = dt.unpack(0, desc->data(), n);
+    if (desc->sync) send_ack(w, desc->sender_uuid, kAmSyncAck, desc->sreq_id, Status::ok);
+    free_desc(w, desc);
+    dt.finish();
+    if (s != Status::ok) return s;
+    return info.length > dt.length ? Status::message_truncated : Status::ok;
+}
+
+}  // namespace loom::ucp

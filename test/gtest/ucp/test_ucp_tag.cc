@@ -1,0 +1,432 @@
+/**
+ * Tagged messages through the C API, instantiated over transport sets: self (one
+ * worker talking to itself), shm and tcp (two workers in this process). Sizes cross
+ * every protocol threshold; the data of every message is checked.
+ */
+#include "loom/ucp.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct TlSet {
+    const char* name;
+    const char* tls;
+    bool self;  ///< one worker: the endpoint goes to itself
+};
+
+void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
+
+class UcpTagTest : public testing::TestWithParam<TlSet> {
+protected:
+    void SetUp() override { init({}); }
+
+    /** (Re)creates everything with extra environment settings. */
+    void init(std::vector<std::pair<std::string, std::string>> env) {
+        teardown();
+        setenv("LOOM_TLS", GetParam().tls, 1);
+        for (auto& [k, v] : env) {
+            setenv(k.c_str(), v.c_str(), 1);
+            env_set_.push_back(k);
+        }
+        loom_params_t params{};
+        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+        params.features = LOOM_FEATURE_TAG;
+        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
+        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &sender_));
+        if (GetParam().self) {
+            receiver_ = sender_;
+        } else {
+            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &receiver_));
+        }
+        ep_ = connect(sender_, receiver_);
+        ASSERT_NE(nullptr, ep_);
+    }
+
+    loom_ep_h connect(loom_worker_h from, loom_worker_h to) {
+        void* addr;
+        size_t len;
+        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
+        loom_ep_params_t ep_params{};
+        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep_params.address = addr;
+        loom_ep_h ep = nullptr;
+        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
+        loom_worker_release_address(to, addr);
+        return ep;
+    }
+
+    void teardown() {
+        if (ep_) {
+            loom_request_param_t p{};
+            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+            (void)loom_ep_close_nbx(ep_, &p);
+            ep_ = nullptr;
+        }
+        if (receiver_ && receiver_ != sender_) loom_worker_destroy(receiver_);
+        if (sender_) loom_worker_destroy(sender_);
+        if (ctx_) loom_cleanup(ctx_);
+        receiver_ = sender_ = nullptr;
+        ctx_ = nullptr;
+        for (auto& k : env_set_) unsetenv(k.c_str());
+        env_set_.clear();
+    }
+
+    void TearDown() override { teardown(); }
+
+    void progress() {
+        loom_worker_progress(sender_);
+        if (receiver_ != sender_) loom_worker_progress(receiver_);
+    }
+
+    /** Waits for a status-or-request; frees the request. */
+    loom_status_t wait(loom_status_ptr_t r, loom_tag_recv_info_t* info = nullptr) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        loom_status_t s;
+        while ((s = loom_tag_recv_request_test(r, info)) == LOOM_INPROGRESS) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                ADD_FAILURE() << "request timed out";
+                return LOOM_ERR_TIMED_OUT;
+            }
+            progress();
+        }
+        loom_request_free(r);
+        return s;
+    }
+
+    /** A receive whose info is filled also when it completes at once. */
+    loom_status_ptr_t recv_nbx(void* buf, size_t count, loom_tag_t tag, loom_tag_t mask, loom_tag_recv_info_t* info) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_RECV_INFO;
+        p.recv_info.tag_recv = info;
+        return loom_tag_recv_nbx(receiver_, buf, count, tag, mask, &p);
+    }
+
+    static std::vector<char> pattern(std::size_t n, unsigned seed) {
+        std::vector<char> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 31 + seed * 7) & 0xff);
+        return v;
+    }
+
+    void send_recv(std::size_t size, bool expected, loom_tag_t tag = 0x1234) {
+        auto data = pattern(size, static_cast<unsigned>(size));
+        std::vector<char> out(size + 1, 0x5a);
+        loom_tag_recv_info_t info{};
+        loom_request_param_t rp{};
+        rp.op_attr_mask = LOOM_OP_ATTR_FIELD_RECV_INFO;
+        rp.recv_info.tag_recv = &info;
+        loom_status_ptr_t rreq = nullptr, sreq = nullptr;
+        if (expected) rreq = loom_tag_recv_nbx(receiver_, out.data(), size, tag, ~0ull, &rp);
+        sreq = loom_tag_send_nbx(ep_, data.data(), size, tag, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(sreq)) << loom_status_string(LOOM_PTR_STATUS(sreq));
+        if (!expected) {
+            // Let the message arrive first, so the receive finds it unexpected.
+            for (int i = 0; i < 100; ++i) progress();
+            rreq = loom_tag_recv_nbx(receiver_, out.data(), size, tag, ~0ull, &rp);
+        }
+        ASSERT_EQ(LOOM_OK, wait(rreq, &info)) << size;
+        ASSERT_EQ(LOOM_OK, wait(sreq)) << size;
+        EXPECT_EQ(size, info.length);
+        EXPECT_EQ(tag, info.sender_tag);
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), out.begin())) << "size " << size;
+        EXPECT_EQ(0x5a, out[size]) << "wrote past the receive buffer";
+    }
+
+    loom_context_h ctx_ = nullptr;
+    loom_worker_h sender_ = nullptr;
+    loom_worker_h receiver_ = nullptr;
+    loom_ep_h ep_ = nullptr;
+    std::vector<std::string> env_set_;
+};
+
+const std::vector<std::size_t> kSizes = {0, 1, 8, 100, 231, 232, 233, 1000, 4096, 8191, 8192, 8193, 16383, 16384,
+                                         30000, 32768, 65536, 100000, 262143, 262144, 300000, 1 << 20};
+
+TEST_P(UcpTagTest, ExpectedAllSizes) {
+    for (std::size_t size : kSizes) send_recv(size, true);
+}
+
+TEST_P(UcpTagTest, UnexpectedAllSizes) {
+    for (std::size_t size : kSizes) send_recv(size, false);
+}
+
+TEST_P(UcpTagTest, AmPipelineRendezvous) {
+    init({{"LOOM_RNDV_SCHEME", "am"}, {"LOOM_RNDV_THRESH", "4k"}});
+    for (std::size_t size : {4096, 10000, 70000, 1 << 20}) {
+        send_recv(size, true);
+        send_recv(size, false);
+    }
+}
+
+TEST_P(UcpTagTest, GetRendezvousFromSmallThreshold) {
+    init({{"LOOM_RNDV_SCHEME", "get_zcopy"}, {"LOOM_RNDV_THRESH", "1"}});
+    for (std::size_t size : {1, 8, 5000, 70000}) {
+        send_recv(size, true);
+        send_recv(size, false);
+    }
+}
+
+/** MPI order: messages of one pair match in send order, whatever their protocol. */
+TEST_P(UcpTagTest, OrderUnderMixedSizes) {
+    const std::vector<std::size_t> sizes = {8, 70000, 16, 300000, 5000, 1, 20000, 1 << 20, 64, 9000};
+    const int rounds = 3;
+    std::vector<std::vector<char>> sent;
+    std::vector<loom_status_ptr_t> sreqs;
+    for (int r = 0; r < rounds; ++r) {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+            auto data = pattern(sizes[i], static_cast<unsigned>(sent.size()));
+            sent.push_back(std::move(data));
+        }
+    }
+    for (auto& d : sent) sreqs.push_back(loom_tag_send_nbx(ep_, d.data(), d.size(), 7, nullptr));
+    // Half the receives are posted after some messages arrived, half before.
+    for (int i = 0; i < 50; ++i) progress();
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+        std::vector<char> out(1 << 20);
+        loom_tag_recv_info_t info{};
+        // A wildcard receive takes whichever arrived message comes first.
+        loom_status_t s = wait(recv_nbx(out.data(), out.size(), 0, 0, &info), &info);
+        ASSERT_EQ(LOOM_OK, s);
+        ASSERT_EQ(sent[i].size(), info.length) << "message " << i << " out of order";
+        EXPECT_TRUE(std::equal(sent[i].begin(), sent[i].end(), out.begin())) << i;
+    }
+    for (auto r : sreqs) EXPECT_EQ(LOOM_OK, wait(r));
+}
+
+TEST_P(UcpTagTest, WildcardMatchesByMask) {
+    std::vector<loom_status_ptr_t> sreqs;
+    std::uint64_t a = 0x10001, b = 0x20002, c = 0x10003;
+    sreqs.push_back(loom_tag_send_nbx(ep_, &a, 8, a, nullptr));
+    sreqs.push_back(loom_tag_send_nbx(ep_, &b, 8, b, nullptr));
+    sreqs.push_back(loom_tag_send_nbx(ep_, &c, 8, c, nullptr));
+    std::uint64_t out = 0;
+    loom_tag_recv_info_t info{};
+    // Upper half 0x2: only b.
+    ASSERT_EQ(LOOM_OK, wait(recv_nbx(&out, 8, 0x20000, 0xffff0000ull, &info), &info));
+    EXPECT_EQ(b, out);
+    EXPECT_EQ(b, info.sender_tag);
+    ASSERT_EQ(LOOM_OK, wait(recv_nbx(&out, 8, 0x10000, 0xffff0000ull, &info), &info));
+    EXPECT_EQ(a, out);
+    ASSERT_EQ(LOOM_OK, wait(recv_nbx(&out, 8, 0, 0, &info), &info));
+    EXPECT_EQ(c, out);
+    for (auto r : sreqs) EXPECT_EQ(LOOM_OK, wait(r));
+}
+
+TEST_P(UcpTagTest, ProbeRemoveThenReceive) {
+    for (std::size_t size : {8, 20000, 400000}) {
+        auto data = pattern(size, 3);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 99, nullptr);
+        loom_tag_recv_info_t info{};
+        loom_tag_message_h msg = nullptr;
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while ((msg = loom_tag_probe_nb(receiver_, 99, ~0ull, 0, &info)) == nullptr &&
+               std::chrono::steady_clock::now() < deadline) {
+            progress();
+        }
+        ASSERT_NE(nullptr, msg);
+        EXPECT_EQ(size, info.length);
+        msg = loom_tag_probe_nb(receiver_, 99, ~0ull, 1, &info);
+        ASSERT_NE(nullptr, msg);
+        EXPECT_EQ(nullptr, loom_tag_probe_nb(receiver_, 99, ~0ull, 0, &info)) << "removed, yet still found";
+        std::vector<char> out(size);
+        loom_tag_recv_info_t rinfo{};
+        ASSERT_EQ(LOOM_OK, wait(loom_tag_msg_recv_nbx(receiver_, out.data(), size, msg, nullptr), &rinfo));
+        EXPECT_EQ(data, out);
+        EXPECT_EQ(LOOM_OK, wait(sreq));
+    }
+}
+
+TEST_P(UcpTagTest, CancelPostedReceive) {
+    char buf[8];
+    loom_status_ptr_t r = loom_tag_recv_nbx(receiver_, buf, sizeof(buf), 5, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    loom_request_cancel(receiver_, r);
+    EXPECT_EQ(LOOM_ERR_CANCELED, wait(r));
+    // The cancelled receive must not take the next message.
+    send_recv(8, true, 5);
+}
+
+TEST_P(UcpTagTest, TruncationReportsFullLength) {
+    for (std::size_t size : {100, 20000, 500000}) {
+        for (bool expected : {true, false}) {
+            auto data = pattern(size, 1);
+            std::vector<char> out(size / 2 + 1, 0x11);
+            const std::size_t cap = size / 2;
+            loom_status_ptr_t rreq = nullptr;
+            loom_tag_recv_info_t info{};
+            if (expected) rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+            loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
+            if (!expected) {
+                for (int i = 0; i < 100; ++i) progress();
+                rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+            }
+            EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, wait(rreq, &info)) << size << " expected=" << expected;
+            EXPECT_EQ(size, info.length);
+            EXPECT_EQ(0x11, out[cap]) << "wrote past the receive buffer";
+            EXPECT_EQ(LOOM_OK, wait(sreq));
+        }
+    }
+}
+
+TEST_P(UcpTagTest, SyncSendCompletesOnlyAfterMatch) {
+    for (std::size_t size : {8, 20000, 400000}) {
+        auto data = pattern(size, 9);
+        loom_status_ptr_t sreq = loom_tag_send_sync_nbx(ep_, data.data(), size, 42, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+        for (int i = 0; i < 200; ++i) progress();
+        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq)) << "completed before any receive, size " << size;
+        std::vector<char> out(size);
+        ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), size, 42, ~0ull, nullptr)));
+        EXPECT_EQ(LOOM_OK, wait(sreq));
+        EXPECT_EQ(data, out);
+    }
+}
+
+TEST_P(UcpTagTest, IovSendAndReceive) {
+    for (std::size_t size : {10, 20000, 300000}) {
+        auto data = pattern(size, 4);
+        // Send from three pieces, receive into two of other sizes.
+        std::size_t a = size / 3, b = size / 4;
+        loom_dt_iov_t siov[3] = {{data.data(), a}, {data.data() + a, b}, {data.data() + a + b, size - a - b}};
+        std::vector<char> r1(size / 2), r2(size - size / 2);
+        loom_dt_iov_t riov[2] = {{r1.data(), r1.size()}, {r2.data(), r2.size()}};
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = loom_dt_make_iov();
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, riov, 2, 3, ~0ull, &p);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, siov, 3, 3, &p);
+        loom_tag_recv_info_t info{};
+        ASSERT_EQ(LOOM_OK, wait(rreq, &info));
+        ASSERT_EQ(LOOM_OK, wait(sreq));
+        EXPECT_EQ(size, info.length);
+        std::vector<char> joined(r1);
+        joined.insert(joined.end(), r2.begin(), r2.end());
+        EXPECT_EQ(data, joined) << size;
+    }
+}
+
+/** A generic datatype: every other byte of the user buffer (a strided vector). */
+struct Strided {
+    char* buf;
+    std::size_t count;
+};
+void* start_pack(void*, const void* buffer, size_t count) {
+    return new Strided{static_cast<char*>(const_cast<void*>(buffer)), count};
+}
+void* start_unpack(void*, void* buffer, size_t count) { return new Strided{static_cast<char*>(buffer), count}; }
+size_t packed_size(void* state) { return static_cast<Strided*>(state)->count; }
+size_t pack(void* state, size_t offset, void* dest, size_t max) {
+    auto* s = static_cast<Strided*>(state);
+    size_t n = std::min(max, s->count - offset);
+    for (size_t i = 0; i < n; ++i) static_cast<char*>(dest)[i] = s->buf[2 * (offset + i)];
+    return n;
+}
+loom_status_t unpack(void* state, size_t offset, const void* src, size_t length) {
+    auto* s = static_cast<Strided*>(state);
+    if (offset + length > s->count) return LOOM_ERR_MESSAGE_TRUNCATED;
+    for (size_t i = 0; i < length; ++i) s->buf[2 * (offset + i)] = static_cast<const char*>(src)[i];
+    return LOOM_OK;
+}
+void finish(void* state) { delete static_cast<Strided*>(state); }
+
+TEST_P(UcpTagTest, GenericDatatype) {
+    loom_generic_dt_ops_t ops{start_pack, start_unpack, packed_size, pack, unpack, finish};
+    loom_datatype_t dt;
+    ASSERT_EQ(LOOM_OK, loom_dt_create_generic(&ops, nullptr, &dt));
+    for (std::size_t count : {5, 20000, 300000}) {
+        auto src = pattern(2 * count, 6);
+        std::vector<char> dst(2 * count, 0);
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+        p.datatype = dt;
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, dst.data(), count, 8, ~0ull, &p);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, src.data(), count, 8, &p);
+        ASSERT_EQ(LOOM_OK, wait(rreq));
+        ASSERT_EQ(LOOM_OK, wait(sreq));
+        for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(src[2 * i], dst[2 * i]) << i;
+            ASSERT_EQ(0, dst[2 * i + 1]) << i;
+        }
+    }
+    loom_dt_destroy(dt);
+}
+
+TEST_P(UcpTagTest, ThousandsOutstanding) {
+    const int n = 5000;
+    std::vector<std::uint64_t> in(n), out(n, 0);
+    std::vector<loom_status_ptr_t> rreqs, sreqs;
+    for (int i = 0; i < n; ++i) rreqs.push_back(loom_tag_recv_nbx(receiver_, &out[i], 8, i, ~0ull, nullptr));
+    for (int i = 0; i < n; ++i) {
+        in[i] = 1000000 + i;
+        sreqs.push_back(loom_tag_send_nbx(ep_, &in[i], 8, n - 1 - i, nullptr));  // reverse tag order
+    }
+    for (auto r : sreqs) ASSERT_EQ(LOOM_OK, wait(r));
+    for (auto r : rreqs) ASSERT_EQ(LOOM_OK, wait(r));
+    for (int i = 0; i < n; ++i) EXPECT_EQ(1000000u + (n - 1 - i), out[i]) << i;
+}
+
+TEST_P(UcpTagTest, CallbackAndUserRequestMemory) {
+    loom_context_attr_t attr{};
+    attr.field_mask = LOOM_ATTR_FIELD_REQUEST_SIZE;
+    ASSERT_EQ(LOOM_OK, loom_context_query(ctx_, &attr));
+    std::vector<char> mem(attr.request_size + 64);
+    void* user_req = mem.data() + attr.request_size;
+    struct Seen {
+        int calls = 0;
+        loom_status_t status = LOOM_INPROGRESS;
+        size_t length = 0;
+    } seen;
+    loom_request_param_t rp{};
+    rp.op_attr_mask = LOOM_OP_ATTR_FIELD_REQUEST | LOOM_OP_ATTR_FIELD_CALLBACK | LOOM_OP_ATTR_FIELD_USER_DATA;
+    rp.request = user_req;
+    rp.user_data = &seen;
+    rp.cb.recv = [](void*, loom_status_t status, const loom_tag_recv_info_t* info, void* ud) {
+        auto* s = static_cast<Seen*>(ud);
+        ++s->calls;
+        s->status = status;
+        s->length = info->length;
+    };
+    char out[64];
+    loom_status_ptr_t r = loom_tag_recv_nbx(receiver_, out, sizeof(out), 11, ~0ull, &rp);
+    ASSERT_EQ(user_req, r);
+    char msg[40] = "hello";
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep_, msg, sizeof(msg), 11, nullptr)));
+    while (seen.calls == 0) progress();
+    EXPECT_EQ(1, seen.calls);
+    EXPECT_EQ(LOOM_OK, seen.status);
+    EXPECT_EQ(sizeof(msg), seen.length);
+    EXPECT_STREQ("hello", out);
+}
+
+TEST_P(UcpTagTest, BadAddressIsRefused) {
+    std::vector<std::uint8_t> garbage(64, 0xab);
+    loom_ep_params_t p{};
+    p.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    p.address = garbage.data();
+    loom_ep_h ep = nullptr;
+    EXPECT_EQ(LOOM_ERR_INVALID_ADDRESS, loom_ep_create(sender_, &p, &ep));
+    void* addr;
+    size_t len;
+    ASSERT_EQ(LOOM_OK, loom_worker_get_address(receiver_, &addr, &len));
+    static_cast<std::uint8_t*>(addr)[1] = 99;  // a version from the future
+    p.address = addr;
+    EXPECT_EQ(LOOM_ERR_VERSION_MISMATCH, loom_ep_create(sender_, &p, &ep));
+    loom_worker_release_address(receiver_, addr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
+                         testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
+                                         TlSet{"tcp", "tcp", false}),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+}  // namespace
