@@ -287,47 +287,36 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
     });
 }
 
+/** Starts a flush (and close) request; completes at once when nothing is outstanding. */
+static void* flush_nbx(Worker& w, Ep* ep, bool close, const loom_request_param_t* p) {
+    Request* req = new_request(w, p);
+    if (req == nullptr) return status_ptr(Status::no_memory);
+    w.flush_start(req, ep, close);
+    return finish_nbx(w, req, p);
+}
+
 loom_status_ptr_t loom_ep_flush_nbx(loom_ep_h ep_h, const loom_request_param_t* p) {
     Ep* ep = E(ep_h);
     if (ep == nullptr) return status_ptr(Status::invalid_param);
-    Worker& w = *ep->worker;
     if (ep->flags & kEpFailed) return status_ptr(ep->failure);
-    // Flush = every send started on it has completed (tagged sends complete only when
-    // the transport is done with their buffers). Progress until then.
-    if (ep->outstanding.empty()) return completed_request(w, Status::ok, p);
-    // Simple and correct: wait here; a non-blocking variant is future work (docs/notes.md).
-    while (!ep->outstanding.empty() && !(ep->flags & kEpFailed)) w.progress();
-    return completed_request(w, (ep->flags & kEpFailed) ? ep->failure : Status::ok, p);
+    return flush_nbx(*ep->worker, ep, false, p);
 }
 
 loom_status_ptr_t loom_worker_flush_nbx(loom_worker_h worker, const loom_request_param_t* p) {
-    Worker& w = *W(worker);
-    for (Ep& ep : w.eps) {
-        void* r = loom_ep_flush_nbx(H(&ep), nullptr);
-        (void)r;
-    }
-    return completed_request(w, Status::ok, p);
+    if (worker == nullptr) return status_ptr(Status::invalid_param);
+    return flush_nbx(*W(worker), nullptr, false, p);
 }
 
 loom_status_ptr_t loom_ep_close_nbx(loom_ep_h ep_h, const loom_request_param_t* p) {
     Ep* ep = E(ep_h);
-    if (ep == nullptr) return status_ptr(Status::invalid_param);
+    if (ep == nullptr || (ep->flags & kEpClosing)) return status_ptr(Status::invalid_param);
     Worker& w = *ep->worker;
     const bool force = (attr(p) & LOOM_OP_ATTR_FIELD_FLAGS) && (p->flags & LOOM_EP_CLOSE_FLAG_FORCE);
-    if (!force && !(ep->flags & kEpFailed)) {
-        ep->flags |= kEpClosing;
-        while (!ep->outstanding.empty() && !(ep->flags & kEpFailed)) w.progress();
-    }
-    // The peer may still send to us and need replies: a closed endpoint that the peer's
-    // wire-up made stays as the internal reply endpoint until the worker goes.
-    ep->on_error = nullptr;
-    if (!force && !(ep->flags & kEpFailed) && w.ep_by_uuid.count(ep->remote_uuid) &&
-        w.ep_by_uuid[ep->remote_uuid] == ep) {
-        ep->flags = static_cast<std::uint8_t>((ep->flags | kEpInternal) & ~kEpClosing);
+    if (force || (ep->flags & kEpFailed)) {
+        w.ep_close_now(ep, true);
         return completed_request(w, Status::ok, p);
     }
-    w.ep_destroy(ep, Status::canceled);
-    return completed_request(w, Status::ok, p);
+    return flush_nbx(w, ep, true, p);
 }
 
 loom_status_ptr_t loom_tag_send_nbx(loom_ep_h ep, const void* buffer, size_t count, loom_tag_t tag,

@@ -45,6 +45,8 @@ enum ReqFlags : std::uint16_t {
     kReqCtrl = 1u << 7,        ///< an internal control message (no handle, no callback)
     kReqAcked = 1u << 8,       ///< sync send: the match was acknowledged before every fragment left
     kReqRndv = 1u << 9,        ///< rendezvous send: holds a registration (send.memh)
+    kReqFlush = 1u << 10,      ///< an endpoint or worker flush waiting in Worker::flush_waiters
+    kReqClose = 1u << 11,      ///< a flush that closes its endpoint when done
 };
 
 /** What the protocol does with the request next. */

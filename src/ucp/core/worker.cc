@@ -94,6 +94,10 @@ Status Worker::init() {
 }
 
 Worker::~Worker() {
+    for (Request& req : flush_waiters.safe()) {
+        decltype(flush_waiters)::remove(req);
+        complete(&req, Status::canceled);
+    }
     // Endpoints first: their outstanding sends complete with canceled.
     while (!eps.empty()) ep_destroy(&eps.front(), Status::canceled);
     tm.purge_expected([&](TagRecvEntry& entry) {
@@ -119,7 +123,56 @@ Worker::~Worker() {
     ifaces.clear();
 }
 
-unsigned Worker::progress() { return uct_worker.progress(); }
+// --- flush and close ---------------------------------------------------------------------
+
+namespace {
+
+bool ep_flushed(const Ep* ep) { return ep->outstanding.empty() || (ep->flags & kEpFailed); }
+
+}  // namespace
+
+void Worker::flush_start(Request* req, Ep* ep, bool close) {
+    req->flags |= kReqFlush | (close ? kReqClose : 0);
+    req->send.ep = ep;
+    if (close) ep->flags |= kEpClosing;
+    flush_waiters.push_back(*req);
+    (void)check_flushes();
+}
+
+unsigned Worker::check_flushes() {
+    unsigned done = 0;
+    for (Request& req : flush_waiters.safe()) {
+        Ep* ep = req.send.ep;
+        bool flushed = true;
+        if (ep != nullptr) {
+            flushed = ep_flushed(ep);
+        } else {
+            for (const Ep& e : eps) flushed = flushed && ep_flushed(&e);
+        }
+        if (!flushed) continue;
+        decltype(flush_waiters)::remove(req);
+        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : Status::ok;
+        if (req.flags & kReqClose) {
+            ep_close_now(ep, false);
+            status = Status::ok;
+        }
+        complete(&req, status);
+        ++done;
+    }
+    return done;
+}
+
+void Worker::ep_close_now(Ep* ep, bool force) {
+    // The peer may still send to us and need replies (acknowledgements, rendezvous): the
+    // endpoint its wire-up would use stays, as an internal one, until the worker goes.
+    ep->on_error = nullptr;
+    auto it = ep_by_uuid.find(ep->remote_uuid);
+    if (!force && !(ep->flags & kEpFailed) && it != ep_by_uuid.end() && it->second == ep) {
+        ep->flags = static_cast<std::uint8_t>((ep->flags | kEpInternal) & ~kEpClosing);
+        return;
+    }
+    ep_destroy(ep, Status::canceled);
+}
 
 // --- addresses ---------------------------------------------------------------------------
 //
@@ -584,6 +637,11 @@ void purge_cb(uct::PendingReq* pending, void* arg) {
 }  // namespace
 
 void Worker::ep_destroy(Ep* ep, Status status) {
+    for (Request& req : flush_waiters.safe()) {
+        if (req.send.ep != ep) continue;
+        decltype(flush_waiters)::remove(req);
+        complete(&req, Status::canceled);
+    }
     Status st = status;
     if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);

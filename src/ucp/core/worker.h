@@ -100,7 +100,20 @@ public:
     Worker& operator=(const Worker&) = delete;
 
     /** Runs the transports' progress and deferred work; returns events handled. */
-    unsigned progress();
+    unsigned progress() {
+        unsigned n = uct_worker.progress();
+        if (LOOM_UNLIKELY(!flush_waiters.empty())) n += check_flushes();
+        return n;
+    }
+
+    /**
+     * Starts a flush of @p ep (nullptr: every endpoint) in @p req; with @p close the
+     * endpoint is closed once flushed. The request completes from progress().
+     */
+    void flush_start(Request* req, Ep* ep, bool close);
+
+    /** Closes @p ep now (after its flush): destroyed, or kept as the peer's reply endpoint. */
+    void ep_close_now(Ep* ep, bool force);
 
     /** The packed address: version, uuid and every iface's transport address. */
     std::vector<std::uint8_t> pack_address() const;
@@ -150,12 +163,16 @@ public:
     std::unordered_map<std::uint64_t, Ep*> ep_by_uuid;
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
+    ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
     std::uint64_t next_msg_id = 1;
     std::uint32_t num_ifaces_with_progress = 0;
 
     static constexpr std::size_t kSmallDescData = 512;
 
 private:
+    /** Completes the flush requests whose endpoints have nothing outstanding. */
+    unsigned check_flushes();
+
     explicit Worker(Context& ctx, uct::ThreadMode mode) : context(ctx), uct_worker(mode) {}
     Status init();
 };

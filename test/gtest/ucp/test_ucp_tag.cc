@@ -424,6 +424,49 @@ TEST_P(UcpTagTest, BadAddressIsRefused) {
     loom_worker_release_address(receiver_, addr);
 }
 
+/** A flush waits, without blocking the caller, for a rendezvous send that only the receiver can finish. */
+TEST_P(UcpTagTest, FlushWaitsForRendezvousWithoutBlocking) {
+    auto data = pattern(1 << 20, 2);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 21, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    loom_status_ptr_t flush = loom_ep_flush_nbx(ep_, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(flush)) << "a flush with a send outstanding completed at once";
+    loom_status_ptr_t wflush = loom_worker_flush_nbx(sender_, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(wflush));
+    for (int i = 0; i < 100; ++i) progress();
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(flush));
+    std::vector<char> out(data.size());
+    ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), out.size(), 21, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(flush));
+    EXPECT_EQ(LOOM_OK, wait(wflush));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(nullptr, loom_ep_flush_nbx(ep_, nullptr)) << "nothing outstanding: completes at once";
+}
+
+/** A graceful close completes once the endpoint's sends have; a forced one cancels them. */
+TEST_P(UcpTagTest, CloseFlushesOrCancels) {
+    auto data = pattern(1 << 20, 2);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 22, nullptr);
+    loom_status_ptr_t close = loom_ep_close_nbx(ep_, nullptr);
+    ep_ = nullptr;
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(close));
+    std::vector<char> out(data.size());
+    ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), out.size(), 22, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(close));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
+
+    ep_ = connect(sender_, receiver_);
+    sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 23, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+    EXPECT_EQ(LOOM_OK, wait(loom_ep_close_nbx(ep_, &p)));
+    ep_ = nullptr;
+    EXPECT_EQ(LOOM_ERR_CANCELED, wait(sreq));
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}),
