@@ -5,6 +5,7 @@
  */
 #include "info.h"
 
+#include "ucp/core/context.h"
 #include "ucs/config/registry.h"
 #include "ucs/config/table.h"
 #include "ucs/sys/module.h"
@@ -130,6 +131,7 @@ int print_config(bool with_docs) {
     // Transport modules add their tables (LOOM_IB_*) when they load: list those too, and
     // do not call their variables unknown.
     (void)ucs::load_modules("uct");
+    (void)ucp::context_config_table();  // the protocol layer's table registers when its library loads
     config::warn_unknown_variables();
     int rc = 0;
     bool first_table = true;

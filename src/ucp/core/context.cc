@@ -58,6 +58,8 @@ bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::
 
 }  // namespace
 
+const ucs::config::TableBase& context_config_table() { return g_table; }
+
 bool Context::tl_allowed(const AllowList& tls, const std::string& tl_name) {
     // Every verbs transport answers to "ib" as well as to its own name.
     const bool verbs = tl_name == "rc";

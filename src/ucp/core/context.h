@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ucs/config/allow_list.h"
+#include "ucs/config/table.h"
 #include "ucs/type/result.h"
 #include "uct/api/uct.h"
 
@@ -16,6 +17,9 @@
 #include <vector>
 
 namespace loom::ucp {
+
+/** The protocol layer's configuration table (LOOM_TLS, LOOM_RNDV_THRESH, ...), for tools that list tables. */
+const ucs::config::TableBase& context_config_table();
 
 /** Which rendezvous protocol to use (LOOM_RNDV_SCHEME). */
 enum class RndvScheme : std::uint8_t {

@@ -4,6 +4,7 @@
 #include "ucp/core/wire.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <unistd.h>
@@ -615,12 +616,15 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
                                ? std::string("AM pipeline on the AM lane")
                                : "RDMA GET on " + ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.tl_name + "/" +
                                      ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.dev_name;
-        LOOM_LOG_INFO("ucp: endpoint to {:016x}: AM lane {}/{}\n"
-                      "  0 .. {} B: eager short\n"
-                      "  {} .. {} B: eager bcopy\n"
-                      "  {} B ..: rendezvous, {}",
-                      address.uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name, ep->max_short, ep->max_short + 1,
-                      ep->rndv_thresh - 1, ep->rndv_thresh, rndv);
+        // Asked for explicitly: printed whatever the log level.
+        std::string table = fmt::format(
+            "[loom] protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n"
+            "[loom]   {:>10} .. {:<10} eager short\n"
+            "[loom]   {:>10} .. {:<10} eager bcopy ({} B fragments)\n"
+            "[loom]   {:>10} .. {:<10} rendezvous, {}\n",
+            address.uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name, 0, ep->max_short, ep->max_short + 1,
+            ep->rndv_thresh - 1, ep->max_bcopy, ep->rndv_thresh, "inf", rndv);
+        std::fputs(table.c_str(), stderr);
     }
     return ep;
 }

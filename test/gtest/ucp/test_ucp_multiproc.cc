@@ -1,0 +1,212 @@
+/**
+ * The protocol layer between real processes (shm and tcp): a ping-pong across every
+ * protocol, and a peer killed in the middle of a rendezvous, which must fail the
+ * sender's request and call the endpoint's error handler instead of hanging.
+ */
+#include "common/forked_peer.h"
+#include "loom/ucp.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <sys/mman.h>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::test::ForkedPeer;
+
+/** One process's context, worker and endpoint to the other. */
+struct Side {
+    loom_context_h ctx = nullptr;
+    loom_worker_h worker = nullptr;
+    loom_ep_h ep = nullptr;
+    int errors = 0;
+    loom_status_t last_error = LOOM_OK;
+
+    bool open(const char* tls) {
+        setenv("LOOM_TLS", tls, 1);
+        loom_params_t params{};
+        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+        params.features = LOOM_FEATURE_TAG;
+        return loom_init(&params, &ctx) == LOOM_OK && loom_worker_create(ctx, nullptr, &worker) == LOOM_OK;
+    }
+
+    std::vector<std::uint8_t> address() const {
+        void* a;
+        size_t n;
+        if (loom_worker_get_address(worker, &a, &n) != LOOM_OK) return {};
+        std::vector<std::uint8_t> v(static_cast<std::uint8_t*>(a), static_cast<std::uint8_t*>(a) + n);
+        loom_worker_release_address(worker, a);
+        return v;
+    }
+
+    bool connect(const std::vector<std::uint8_t>& peer, bool peer_errors) {
+        loom_ep_params_t p{};
+        p.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        p.address = peer.data();
+        if (peer_errors) {
+            p.field_mask |= LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
+            p.err_mode = LOOM_ERR_HANDLING_MODE_PEER;
+            p.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t status) {
+                auto* self = static_cast<Side*>(arg);
+                ++self->errors;
+                self->last_error = status;
+            };
+            p.err_handler.arg = this;
+        }
+        return loom_ep_create(worker, &p, &ep) == LOOM_OK;
+    }
+
+    /** Waits for a status-or-request (seconds without completion: timed out). */
+    loom_status_t wait(loom_status_ptr_t r, loom_tag_recv_info_t* info = nullptr, int seconds = 30) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+        loom_status_t s;
+        while ((s = loom_tag_recv_request_test(r, info)) == LOOM_INPROGRESS) {
+            if (std::chrono::steady_clock::now() > deadline) return LOOM_ERR_TIMED_OUT;
+            loom_worker_progress(worker);
+        }
+        loom_request_free(r);
+        return s;
+    }
+
+    ~Side() {
+        if (ep) {
+            loom_request_param_t p{};
+            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+            (void)loom_ep_close_nbx(ep, &p);
+        }
+        if (worker) loom_worker_destroy(worker);
+        if (ctx) loom_cleanup(ctx);
+    }
+};
+
+std::vector<char> pattern(std::size_t n, unsigned seed) {
+    std::vector<char> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 13 + seed) & 0xff);
+    return v;
+}
+
+const std::vector<std::size_t> kSizes = {0, 8, 200, 5000, 20000, 40000, 100000, 300000, 1 << 20, 4 << 20};
+
+class UcpMultiProcTest : public testing::TestWithParam<const char*> {};
+
+/** The child echoes every message back with tag + 1, until a zero-length message with tag 0. */
+TEST_P(UcpMultiProcTest, EchoAcrossEveryProtocol) {
+    const char* tls = GetParam();
+    ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls)) return 1;
+        ch.send(me.address());
+        auto parent = ch.recv();
+        if (!parent || !me.connect(*parent, false)) return 2;
+        std::vector<char> buf(4 << 20);
+        for (;;) {
+            loom_tag_recv_info_t info{};
+            loom_request_param_t rp{};
+            rp.op_attr_mask = LOOM_OP_ATTR_FIELD_RECV_INFO;  // filled also when it completes at once
+            rp.recv_info.tag_recv = &info;
+            loom_status_t s = me.wait(loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), 0, 0, &rp), &info, 60);
+            if (s != LOOM_OK) {
+                fprintf(stderr, "child: receive failed: %s\n", loom_status_string(s));
+                return 3;
+            }
+            if (info.sender_tag == 0) break;
+            loom_status_t s2 = me.wait(loom_tag_send_nbx(me.ep, buf.data(), info.length, info.sender_tag + 1, nullptr));
+            if (s2 != LOOM_OK) {
+                fprintf(stderr, "child: send of %zu bytes failed: %s\n", info.length, loom_status_string(s2));
+                return 4;
+            }
+        }
+        return 0;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child);
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, false));
+    unsigned seed = 1;
+    for (std::size_t size : kSizes) {
+        for (bool sync : {false, true}) {
+            auto data = pattern(size, seed++);
+            std::vector<char> back(size + 1, 0x77);
+            const loom_tag_t tag = 100 + seed * 2;
+            loom_status_ptr_t rreq = loom_tag_recv_nbx(me.worker, back.data(), size, tag + 1, ~0ull, nullptr);
+            loom_status_ptr_t sreq = sync ? loom_tag_send_sync_nbx(me.ep, data.data(), size, tag, nullptr)
+                                          : loom_tag_send_nbx(me.ep, data.data(), size, tag, nullptr);
+            ASSERT_EQ(LOOM_OK, me.wait(sreq)) << size << " sync " << sync << "; child exit " << peer.wait(std::chrono::milliseconds(1));
+            ASSERT_EQ(LOOM_OK, me.wait(rreq)) << size << " sync " << sync << "; child exit " << peer.wait(std::chrono::milliseconds(1));
+            ASSERT_TRUE(std::equal(data.begin(), data.end(), back.begin())) << "size " << size;
+            EXPECT_EQ(0x77, back[size]);
+        }
+    }
+    ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, nullptr, 0, 0, nullptr)));
+    ASSERT_EQ(LOOM_OK, me.wait(loom_ep_flush_nbx(me.ep, nullptr)));
+    EXPECT_EQ(0, peer.wait());
+}
+
+/** The receiver dies holding an unanswered rendezvous: the send fails, the error handler runs. */
+TEST_P(UcpMultiProcTest, PeerKilledMidRendezvous) {
+    const char* tls = GetParam();
+    // The child raises this flag (shared memory) when the request arrived; the parent keeps
+    // progressing meanwhile, which a blocking channel read would not allow.
+    auto* arrived = static_cast<volatile int*>(
+        mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(MAP_FAILED, (void*)arrived);
+    *arrived = 0;
+    ForkedPeer peer([tls, arrived](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls)) return 1;
+        ch.send(me.address());
+        auto parent = ch.recv();
+        if (!parent || !me.connect(*parent, false)) return 2;
+        // Never receive: wait until the rendezvous request is here, say so, and wait to be killed.
+        loom_tag_recv_info_t info{};
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (loom_tag_probe_nb(me.worker, 5, ~0ull, 0, &info) == nullptr) {
+            if (std::chrono::steady_clock::now() > deadline) return 3;
+            loom_worker_progress(me.worker);
+        }
+        *arrived = 1;
+        while (std::chrono::steady_clock::now() < deadline + std::chrono::seconds(60)) loom_worker_progress(me.worker);
+        return 4;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child);
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, true));
+    auto data = pattern(8 << 20, 5);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    // Progress until the child reports the request arrived.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (*arrived == 0 && std::chrono::steady_clock::now() < deadline) loom_worker_progress(me.worker);
+    ASSERT_EQ(1, *arrived) << "the child never saw the rendezvous request";
+    munmap(const_cast<int*>(arrived), 4096);
+    peer.kill(SIGKILL);
+    EXPECT_EQ(-SIGKILL, peer.wait());
+    loom_status_t s = me.wait(sreq, nullptr, 60);
+    EXPECT_NE(LOOM_OK, s);
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, s) << "the send hung after its receiver died";
+    EXPECT_EQ(1, me.errors) << "the error handler must run once";
+    EXPECT_NE(LOOM_OK, me.last_error);
+    // The endpoint stays failed: a new send reports the error at once.
+    loom_status_ptr_t again = loom_tag_send_nbx(me.ep, data.data(), 8, 6, nullptr);
+    EXPECT_TRUE(LOOM_PTR_IS_ERR(again));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpMultiProcTest, testing::Values("shm", "tcp"),
+                         [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+}  // namespace
