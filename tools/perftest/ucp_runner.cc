@@ -71,7 +71,8 @@ public:
 
     ~Ucp() {
         if (ep_ != nullptr) {
-            loom_request_param_t force{};
+            loom_request_param_t force{};  // after a failure: drop what is outstanding
+            force.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
             force.flags = LOOM_EP_CLOSE_FLAG_FORCE;
             void* r = loom_ep_close_nbx(ep_, &force);
             if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
