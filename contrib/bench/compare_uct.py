@@ -69,7 +69,8 @@ def run_pair(binary, tl, dev, args, iters, warmup, env_extra=None):
 def parse_perftest_row(out):
     """The last row of 8 numbers that loom_perftest and ucx_perftest -f print
     ("Final: iters p50 avg overall bw-avg bw-overall mr-avg mr-overall", ucx_perftest
-    without "Final:"): {"lat": p50, "bw": overall}, or None."""
+    without "Final:"): {"lat": p50, "avg": overall latency, "bw": overall bandwidth,
+    "mr": overall message rate}, or None. (compare_ucp.py uses it too.)"""
     for line in reversed(out.splitlines()):
         f = line.replace("Final:", "").split()
         if len(f) == 8:
@@ -77,7 +78,7 @@ def parse_perftest_row(out):
                 v = [float(x) for x in f]
             except ValueError:
                 continue
-            return {"lat": v[1], "bw": v[5]}
+            return {"lat": v[1], "avg": v[3], "bw": v[5], "mr": v[7]}
     return None
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tests of loom_perftest as a user runs it: every test kind in loopback mode, a client
-# and a server in two processes, and clear errors for bad options.
+# and a server in two processes (the protocol-layer tag_* tests over LOOM_TLS=shm and
+# LOOM_TLS=tcp), and clear errors for bad options.
 . "${top_srcdir:-$(dirname "$0")/../..}/test/tools/tap.sh"
 pt="${top_builddir:-.}/tools/perftest/loom_perftest"
 final='^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$'
@@ -11,10 +12,17 @@ for t in "am_lat -D short" "am_lat -D bcopy -s 1000" "am_lat -D zcopy -s 4096" "
          "get -D bcopy -s 1024" "get_bw -D zcopy -s 1048576"; do
     check_output "self loopback: $t" "$final" timeout 60 "$pt" -l -x self -d memory -t $t $quick
 done
+for tls in self shm tcp; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4"; do
+        LOOM_TLS=$tls check_output "LOOM_TLS=$tls loopback: $t" "$final" timeout 60 "$pt" -l -t $t -n 200 -w 10 -f
+    done
+done
 check_output "CSV output has a header and a row" '^[0-9]+,[0-9.]+,' "$pt" -l -x self -d memory -t am_lat $quick -v
 check_output "help lists the tests"              'am_lat, am_bw, put_lat'   "$pt" -h
+check_output "help lists the ucp tests"          'tag_lat, tag_sync_lat, tag_bw' "$pt" -h
 check_output "unknown test is named"             "unknown test 'nope'"      "$pt" -t nope
-check_output "UCP tests are explained"           'protocol layer'           "$pt" -t tag_lat
+check_output "missing UCP tests are explained"   'only tag_lat, tag_sync_lat and tag_bw' "$pt" -t stream_bw
+check_output "a bad LOOM_TLS is named"           'loom_init failed'         env LOOM_TLS=nope "$pt" -l -t tag_lat
 check_output "bad size is named"                 "invalid size '12q'"       "$pt" -s 12q
 check_output "size lists are refused clearly"    'give one size'            "$pt" -s 8,16
 check_output "loopback takes no host"            'takes no server host'     "$pt" -l localhost -x self -d memory -t am_lat
@@ -31,6 +39,43 @@ server=$!
 check_output "self refuses a peer process"       'another process|cannot create an endpoint' \
              timeout 30 "$pt" 127.0.0.1 -p $port -x self -d memory -t am_lat $quick
 wait $server 2>/dev/null
+
+# pair NAME TLS CLIENT-ARGS...: a server and a client process, both with LOOM_TLS=TLS;
+# passes when the client prints a Final: line and both exit with status 0.
+pair() {
+    local name=$1 tls=$2; shift 2
+    local port=$((20000 + RANDOM % 20000)) out server cli_rc srv_rc
+    LOOM_TLS=$tls timeout 60 "$pt" -p $port > /dev/null 2>"$server_err" &
+    server=$!
+    out=$(LOOM_TLS=$tls timeout 60 "$pt" 127.0.0.1 -p $port "$@" 2>&1)
+    cli_rc=$?
+    wait $server
+    srv_rc=$?
+    tap_n=$((tap_n + 1))
+    if [ $cli_rc -eq 0 ] && [ $srv_rc -eq 0 ] && printf '%s\n' "$out" | grep -Eq -- "$final"; then
+        echo "ok $tap_n - $name"
+    else
+        echo "not ok $tap_n - $name (client exit $cli_rc, server exit $srv_rc)"
+        printf '%s\n' "$out" | tail -5 | sed 's/^/#   client| /'
+        tail -5 "$server_err" | sed 's/^/#   server| /'
+        tap_failed=$((tap_failed + 1))
+    fi
+}
+server_err=$(mktemp)
+for tls in shm tcp; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_bw -O 64"; do
+        pair "LOOM_TLS=$tls server and client: $t" $tls -t $t -n 300 -w 10 -f
+    done
+done
+pair "the client's -x sets LOOM_TLS in both processes" nope -x shm -t tag_lat -n 300 -w 10 -f
+rm -f "$server_err"
+port=$((20000 + RANDOM % 20000))
+LOOM_TLS=self "$pt" -p $port > /dev/null 2>&1 &
+server=$!
+check_output "LOOM_TLS=self cannot reach another process: a clear error" 'loom_ep_create failed: destination unreachable' \
+             env LOOM_TLS=self timeout 30 "$pt" 127.0.0.1 -p $port -t tag_lat -n 100
+wait $server
+check "... and the server exits with an error too" test $? -ne 0
 check_output "no server: the client gives up with a clear error" 'cannot connect to 127.0.0.1' \
              timeout 30 "$pt" 127.0.0.1 -p 1 -x self -d memory -t am_lat $quick
 finish

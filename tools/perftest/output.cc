@@ -12,6 +12,9 @@ const char* test_name(TestKind kind) {
     case TestKind::put_bw: return "put_bw";
     case TestKind::get_lat: return "get_lat";
     case TestKind::get_bw: return "get_bw";
+    case TestKind::tag_lat: return "tag_lat";
+    case TestKind::tag_sync_lat: return "tag_sync_lat";
+    case TestKind::tag_bw: return "tag_bw";
     }
     return "?";
 }
@@ -26,8 +29,7 @@ const char* layout_name(DataLayout layout) {
 }
 
 void print_header(const OutputOptions& out, const Params& params) {
-    bool latency = params.test == TestKind::am_lat || params.test == TestKind::put_lat ||
-                   params.test == TestKind::get_lat;
+    bool latency = is_latency_test(params.test);
     if (out.csv) {
         std::printf("iterations,%.1f%%ile,average,overall,bandwidth average (MB/s),bandwidth overall (MB/s),"
                     "message rate average (msg/s),message rate overall (msg/s)\n",
@@ -45,8 +47,12 @@ void print_header(const OutputOptions& out, const Params& params) {
                 "|  overall  |\n",
                 params.percentile);
     std::printf("%s\n", sep);
-    if (out.final_only) std::printf("# %s %s, %llu bytes\n", test_name(params.test), layout_name(params.layout),
-                                    static_cast<unsigned long long>(params.size));
+    if (out.final_only && is_ucp_test(params.test)) {
+        std::printf("# %s, %llu bytes\n", test_name(params.test), static_cast<unsigned long long>(params.size));
+    } else if (out.final_only) {
+        std::printf("# %s %s, %llu bytes\n", test_name(params.test), layout_name(params.layout),
+                    static_cast<unsigned long long>(params.size));
+    }
     std::fflush(stdout);
 }
 

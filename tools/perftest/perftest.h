@@ -5,6 +5,7 @@
  *   server:  loom_perftest [-p PORT] [-x TL -d DEV]
  *   client:  loom_perftest SERVER_HOST -t am_lat -x shm -d memory -s 8 -n 100000
  *   one process (loopback): loom_perftest -l -t am_lat -x self -d memory
+ *   protocol layer (tag_lat, tag_sync_lat, tag_bw): LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *
  * The client sends its parameters to the server over an out-of-band TCP connection
  * (the same socket then carries addresses and barriers), both open the transport,
@@ -13,6 +14,7 @@
  */
 #pragma once
 
+#include "ucs/time/clock.h"
 #include "ucs/type/status.h"
 
 #include <cstdint>
@@ -22,7 +24,22 @@
 namespace loom::perftest {
 
 /** The measured operation. */
-enum class TestKind : std::uint8_t { am_lat, am_bw, put_lat, put_bw, get_lat, get_bw };
+enum class TestKind : std::uint8_t {
+    am_lat, am_bw, put_lat, put_bw, get_lat, get_bw,  // uct level: one transport, -x and -d
+    tag_lat, tag_sync_lat, tag_bw,                     // ucp level: the C API, LOOM_TLS
+};
+inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::tag_bw);
+
+/** True for the protocol-layer tests (run by run_ucp_test). */
+constexpr bool is_ucp_test(TestKind kind) {
+    return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw;
+}
+
+/** True for ping-pong tests, which report one-way latency (round trip / 2). */
+constexpr bool is_latency_test(TestKind kind) {
+    return kind == TestKind::am_lat || kind == TestKind::put_lat || kind == TestKind::get_lat ||
+           kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat;
+}
 
 /** How the sender hands data to the transport (-D). */
 enum class DataLayout : std::uint8_t { short_, bcopy, zcopy };
@@ -36,7 +53,7 @@ struct Params {
     std::uint64_t size = 8;      ///< -s: message size in bytes
     std::uint64_t iters = 1000000;   ///< -n
     std::uint64_t warmup = 10000;    ///< -w
-    std::uint32_t outstanding = 0;   ///< -O: 0 = default window
+    std::uint32_t outstanding = 0;   ///< -O: 0 = default window (tag_bw: 32, as ucx_perftest)
     std::uint32_t window = 127;      ///< -W: flow-control window for am_bw
     double percentile = 50.0;        ///< -R
 };
@@ -99,10 +116,49 @@ private:
     int fd_ = -1;
 };
 
+/**
+ * Collects per-iteration times and prints periodic (every second) and final reports.
+ * sample() does not allocate: the latency samples are reserved up front.
+ */
+class Meter {
+public:
+    Meter(const Params& params, const OutputOptions& out, bool latency_test);
+
+    /** Records iteration @p i that took @p ticks (round trip for latency tests). */
+    void sample(std::uint64_t i, ucs::Ticks now, ucs::Ticks ticks) {
+        if (latency_) samples_.push_back(ticks);
+        if (now - last_ >= period_) {
+            report(i + 1, now, false);
+            last_ = now;
+            last_iters_ = i + 1;
+        }
+    }
+
+    void finish(std::uint64_t iters, Report& report_out) { report_out = report(iters, ucs::get_time(), true); }
+
+private:
+    Report report(std::uint64_t iters, ucs::Ticks now, bool final);
+
+    const Params& params_;
+    const OutputOptions& out_;
+    bool latency_;
+    std::vector<ucs::Ticks> samples_;
+    ucs::Ticks start_, last_, period_;
+    std::uint64_t last_iters_ = 0;
+};
+
 /** Role of this process in a run. */
 enum class Role : std::uint8_t { server, client, loopback };
 
 /** Runs a uct-level test; the client (or loopback) fills @p report. */
 Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
+
+/**
+ * Runs a protocol-layer test (tag_lat, tag_sync_lat, tag_bw) through the public C API
+ * (include/loom/ucp.h) only. Transports come from LOOM_TLS; a non-empty params.tl
+ * (the client's -x) replaces it in both processes. Prints one line on stderr for any
+ * failure (the caller need not add one); waits give up after 60 s without progress.
+ */
+Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
 
 }  // namespace loom::perftest

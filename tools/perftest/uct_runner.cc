@@ -430,70 +430,6 @@ Status send_done(Side& side) {
 
 // --- measurement ------------------------------------------------------------------------
 
-/** Collects per-iteration times and prints periodic and final reports. */
-class Meter {
-public:
-    Meter(const Params& params, const OutputOptions& out, bool latency_test)
-        : params_(params), out_(out), latency_(latency_test) {
-        samples_.reserve(latency_test ? params.iters : 0);
-        start_ = last_ = ucs::get_time();
-        period_ = ucs::sec_to_ticks(1.0);
-    }
-
-    /** Records iteration @p i that took @p ticks (round trip for latency tests). */
-    void sample(std::uint64_t i, ucs::Ticks now, ucs::Ticks ticks) {
-        if (latency_) samples_.push_back(ticks);
-        if (now - last_ >= period_) {
-            report(i + 1, now, false);
-            last_ = now;
-            last_iters_ = i + 1;
-        }
-    }
-
-    void finish(std::uint64_t iters, Report& report_out) { report_out = report(iters, ucs::get_time(), true); }
-
-private:
-    Report report(std::uint64_t iters, ucs::Ticks now, bool final) {
-        Report r;
-        r.iters = iters;
-        double total = ucs::ticks_to_sec(now - start_);
-        double period = ucs::ticks_to_sec(now - last_);
-        std::uint64_t period_iters = final ? iters : iters - last_iters_;
-        if (final) period = total, period_iters = iters;
-        double divisor = latency_ ? 2.0 : 1.0;  // round trip -> one way
-        r.latency_overall_us = iters ? total * 1e6 / static_cast<double>(iters) / divisor : 0;
-        r.latency_avg_us = period_iters ? period * 1e6 / static_cast<double>(period_iters) / divisor : 0;
-        if (latency_ && !samples_.empty()) {
-            std::vector<ucs::Ticks> sorted(samples_.begin() + static_cast<long>(final ? 0 : last_iters_),
-                                           samples_.end());
-            if (sorted.empty()) sorted = samples_;
-            auto k = static_cast<std::size_t>(params_.percentile / 100.0 * static_cast<double>(sorted.size() - 1));
-            std::nth_element(sorted.begin(), sorted.begin() + static_cast<long>(k), sorted.end());
-            r.latency_percentile_us = ucs::ticks_to_sec(sorted[k]) * 1e6 / divisor;
-        } else {
-            r.latency_percentile_us = r.latency_avg_us;
-        }
-        double bytes = static_cast<double>(params_.size);
-        r.msgrate_overall = total > 0 ? static_cast<double>(iters) / total : 0;
-        r.msgrate_avg = period > 0 ? static_cast<double>(period_iters) / period : 0;
-        if (latency_) {  // ucx_perftest counts one message per iteration in latency tests
-            r.msgrate_overall = r.latency_overall_us > 0 ? 1e6 / r.latency_overall_us : 0;
-            r.msgrate_avg = r.latency_avg_us > 0 ? 1e6 / r.latency_avg_us : 0;
-        }
-        r.bandwidth_overall_mbs = r.msgrate_overall * bytes / (1 << 20);
-        r.bandwidth_avg_mbs = r.msgrate_avg * bytes / (1 << 20);
-        print_report(out_, r, final);
-        return r;
-    }
-
-    const Params& params_;
-    const OutputOptions& out_;
-    bool latency_;
-    std::vector<ucs::Ticks> samples_;
-    ucs::Ticks start_, last_, period_;
-    std::uint64_t last_iters_ = 0;
-};
-
 // --- the tests ---------------------------------------------------------------------------
 
 /** One ping-pong: the initiator sends sn and waits for it to come back. */
@@ -642,8 +578,7 @@ Status credit_step(Side& me, const Params& params) {
 /** The initiator's loop (client, or both roles in loopback mode). */
 Status run_initiator(const Params& params, Side& me, Side* loop_peer, const OutputOptions& out, Report& report) {
     const std::uint64_t total = params.warmup + params.iters;
-    bool latency = params.test == TestKind::am_lat || params.test == TestKind::put_lat ||
-                   params.test == TestKind::get_lat;
+    bool latency = is_latency_test(params.test);
     std::unique_ptr<Meter> meter;
     ucs::Ticks t0 = 0;
     std::uint64_t window = params.outstanding ? params.outstanding : params.window;
@@ -675,6 +610,7 @@ Status run_initiator(const Params& params, Side& me, Side* loop_peer, const Outp
                 return r;
             });
             break;
+        default: return Status::invalid_param;  // ucp tests run in ucp_runner.cc
         }
         if (s != Status::ok) {
             LOOM_LOG_ERROR("perftest: iteration {} failed: {}", i, to_string(s));
@@ -734,6 +670,7 @@ Status run_target(const Params& params, Side& me) {
 }  // namespace
 
 Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report) {
+    if (is_ucp_test(params.test)) return Status::invalid_param;
     Side me;
     if (Status s = open_side(params, me); s != Status::ok) return s;
     if (Status s = check_support(params, me); s != Status::ok) return s;

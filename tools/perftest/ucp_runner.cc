@@ -1,0 +1,525 @@
+/**
+ * Protocol-layer tests of loom_perftest, with ucx_perftest's names and semantics:
+ *
+ *   tag_lat       ping-pong of tagged messages; one-way latency = round trip / 2
+ *   tag_sync_lat  the same with loom_tag_send_sync_nbx (completes once matched)
+ *   tag_bw        the client streams tagged messages keeping up to -O sends in flight
+ *                 (default 32, ucx_perftest's window for tag_bw); the server keeps as
+ *                 many receives posted and acknowledges the last message, and the
+ *                 client's clock stops at that acknowledgement, so the time covers
+ *                 delivery.
+ *
+ * Only the public C API (include/loom/ucp.h) is used: this is what an MPI library sees.
+ * Transports come from LOOM_TLS, as UCX_TLS for ucx_perftest; the client's -x, when
+ * given, replaces LOOM_TLS in both processes. -d is ignored (LOOM_NET_DEVICES selects
+ * devices).
+ *
+ * The hot loops do not allocate: operations are issued with a NULL parameter (NULL back
+ * means completed at once), a returned request is waited for (progress until its status
+ * is no longer LOOM_INPROGRESS) and freed; tag_bw keeps its in-flight requests in
+ * arrays sized once. Every wait gives up after 60 s in which the worker made no progress.
+ */
+#include "perftest.h"
+
+#include <loom/ucp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom::perftest {
+
+namespace {
+
+constexpr loom_tag_t kTagPing = 0x1337a880u;  ///< client -> server data (ucx_perftest's tag)
+constexpr loom_tag_t kTagPong = 0x1337a881u;  ///< server -> client (latency tests)
+constexpr loom_tag_t kTagAck = 0x1337a882u;   ///< server -> client: tag_bw received everything
+constexpr loom_tag_t kFullMask = ~loom_tag_t{0};
+constexpr double kTimeoutSec = 60.0;
+constexpr std::uint32_t kDefaultBwOutstanding = 32;
+
+/** One line on stderr naming the operation and the status; returns the status as a loom::Status. */
+Status fail(const Params& params, const char* what, loom_status_t status) {
+    std::fprintf(stderr, "loom_perftest: %s: %s failed: %s\n", test_name(params.test), what,
+                 loom_status_string(status));
+    return static_cast<Status>(status);
+}
+
+/** A buffer aligned to a page; never empty, so a zero-size message has a valid pointer. */
+struct Buffer {
+    std::uint8_t* data = nullptr;
+    explicit Buffer(std::size_t size) {
+        void* p = nullptr;
+        if (::posix_memalign(&p, 4096, size < 64 ? 64 : size) == 0) {
+            data = static_cast<std::uint8_t*>(p);
+            std::memset(data, 0xab, size < 64 ? 64 : size);
+        }
+    }
+    ~Buffer() { std::free(data); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+};
+
+/** Context, worker, endpoint to the peer, and the waits on requests. */
+class Ucp {
+public:
+    explicit Ucp(const Params& params)
+        : params_(params), timeout_(ucs::sec_to_ticks(kTimeoutSec)) {}
+
+    ~Ucp() {
+        if (ep_ != nullptr) {
+            loom_request_param_t force{};  // after a failure: drop what is outstanding
+            force.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+            force.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+            void* r = loom_ep_close_nbx(ep_, &force);
+            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
+        }
+        if (address_ != nullptr) loom_worker_release_address(worker_, address_);
+        if (worker_ != nullptr) loom_worker_destroy(worker_);
+        if (context_ != nullptr) loom_cleanup(context_);
+    }
+    Ucp(const Ucp&) = delete;
+    Ucp& operator=(const Ucp&) = delete;
+
+    Status open() {
+        if (!params_.tl.empty() && ::setenv("LOOM_TLS", params_.tl.c_str(), 1) != 0) {
+            std::fprintf(stderr, "loom_perftest: cannot set LOOM_TLS\n");
+            return Status::no_memory;
+        }
+        loom_params_t cp{};
+        cp.field_mask = LOOM_PARAM_FIELD_FEATURES | LOOM_PARAM_FIELD_NAME;
+        cp.features = LOOM_FEATURE_TAG;
+        cp.name = "loom_perftest";
+        if (loom_status_t s = loom_init(&cp, &context_); s != LOOM_OK) return fail(params_, "loom_init", s);
+        loom_worker_params_t wp{};
+        wp.field_mask = LOOM_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = LOOM_THREAD_MODE_SINGLE;
+        if (loom_status_t s = loom_worker_create(context_, &wp, &worker_); s != LOOM_OK) {
+            return fail(params_, "loom_worker_create", s);
+        }
+        if (loom_status_t s = loom_worker_get_address(worker_, &address_, &address_length_); s != LOOM_OK) {
+            return fail(params_, "loom_worker_get_address", s);
+        }
+        return Status::ok;
+    }
+
+    std::vector<std::uint8_t> address() const {
+        auto* p = static_cast<const std::uint8_t*>(address_);
+        return {p, p + address_length_};
+    }
+
+    Status connect(const void* peer_address) {
+        loom_ep_params_t ep{};
+        ep.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.address = peer_address;
+        if (loom_status_t s = loom_ep_create(worker_, &ep, &ep_); s != LOOM_OK) {
+            ep_ = nullptr;
+            return fail(params_, "loom_ep_create", s);
+        }
+        return Status::ok;
+    }
+
+    /**
+     * Progresses until @p done(), calling @p hook (the loopback server's step) between
+     * progress calls; LOOM_ERR_TIMED_OUT after kTimeoutSec without progress.
+     */
+    template <typename Done, typename Hook>
+    loom_status_t progress_until(Done done, Hook hook) {
+        ucs::Ticks idle_since = 0;
+        unsigned spins = 0;
+        while (!done()) {
+            if (loom_worker_progress(worker_) != 0) {
+                idle_since = 0;
+                spins = 0;
+            } else if (++spins >= 1024) {
+                spins = 0;
+                ucs::Ticks now = ucs::get_time();
+                if (idle_since == 0) {
+                    idle_since = now;
+                } else if (now - idle_since > timeout_) {
+                    return LOOM_ERR_TIMED_OUT;
+                }
+            }
+            if (loom_status_t s = hook(); s != LOOM_OK) return s;
+        }
+        return LOOM_OK;
+    }
+
+    /** Waits for what an _nbx call returned (NULL, an error or a request) and frees the request. */
+    template <typename Hook>
+    loom_status_t wait(loom_status_ptr_t r, Hook hook) {
+        if (r == nullptr) return LOOM_OK;
+        if (LOOM_PTR_IS_ERR(r)) return LOOM_PTR_STATUS(r);
+        loom_status_t s = progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, hook);
+        if (s == LOOM_OK) s = loom_request_check_status(r);
+        loom_request_free(r);  // when still running (timed out), Loom frees it once it completes
+        return s;
+    }
+
+    loom_status_t wait(loom_status_ptr_t r) {
+        return wait(r, [] { return LOOM_OK; });
+    }
+
+    /** True when @p r (from an _nbx call) is no longer running; error statuses count as done. */
+    static bool done(loom_status_ptr_t r) {
+        return !LOOM_PTR_IS_PTR(r) || loom_request_check_status(r) != LOOM_INPROGRESS;
+    }
+
+    /** The final status of a done @p r, releasing it. */
+    static loom_status_t finish(loom_status_ptr_t r) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        loom_status_t s = loom_request_check_status(r);
+        loom_request_free(r);
+        return s;
+    }
+
+    loom_status_ptr_t send(const void* buffer, std::size_t length, loom_tag_t tag, bool sync) {
+        return sync ? loom_tag_send_sync_nbx(ep_, buffer, length, tag, nullptr)
+                    : loom_tag_send_nbx(ep_, buffer, length, tag, nullptr);
+    }
+
+    loom_status_ptr_t recv(void* buffer, std::size_t length, loom_tag_t tag) {
+        return loom_tag_recv_nbx(worker_, buffer, length, tag, kFullMask, nullptr);
+    }
+
+    /** Closes the endpoint after flushing it. */
+    Status close() {
+        if (ep_ == nullptr) return Status::ok;
+        loom_status_ptr_t r = loom_ep_close_nbx(ep_, nullptr);
+        ep_ = nullptr;
+        if (loom_status_t s = wait(r); s != LOOM_OK) return fail(params_, "loom_ep_close_nbx", s);
+        return Status::ok;
+    }
+
+private:
+    const Params& params_;
+    ucs::Ticks timeout_;
+    loom_context_h context_ = nullptr;
+    loom_worker_h worker_ = nullptr;
+    loom_ep_h ep_ = nullptr;
+    void* address_ = nullptr;
+    std::size_t address_length_ = 0;
+};
+
+/** A failed wait: names the operation, and says so when it was the timeout. */
+Status fail_wait(const Params& params, const char* what, loom_status_t s) {
+    if (s == LOOM_ERR_TIMED_OUT) {
+        std::fprintf(stderr, "loom_perftest: %s: %s did not complete: no progress for %.0f s (peer gone?)\n",
+                     test_name(params.test), what, kTimeoutSec);
+        return Status::timed_out;
+    }
+    return fail(params, what, s);
+}
+
+// --- latency ---------------------------------------------------------------------------------
+
+/**
+ * The server's half of a ping-pong: @p posted is the receive posted for this ping; the
+ * receive of the next ping is posted before the pong is sent.
+ */
+Status pong(Ucp& ucp, const Params& params, Buffer& rbuf, Buffer& sbuf, loom_status_ptr_t& posted,
+            bool post_next) {
+    const bool sync = params.test == TestKind::tag_sync_lat;
+    if (loom_status_t s = ucp.wait(posted); s != LOOM_OK) return fail_wait(params, "receive of the ping", s);
+    posted = nullptr;
+    if (post_next) {
+        posted = ucp.recv(rbuf.data, params.size, kTagPing);
+        if (LOOM_PTR_IS_ERR(posted)) return fail(params, "loom_tag_recv_nbx", LOOM_PTR_STATUS(posted));
+    }
+    if (loom_status_t s = ucp.wait(ucp.send(sbuf.data, params.size, kTagPong, sync)); s != LOOM_OK) {
+        return fail_wait(params, sync ? "loom_tag_send_sync_nbx (pong)" : "loom_tag_send_nbx (pong)", s);
+    }
+    return Status::ok;
+}
+
+/** Client (and loopback): @p total ping-pongs, the last params.iters measured. */
+Status run_latency_client(Ucp& ucp, const Params& params, bool loopback, const OutputOptions& out,
+                          Report& report) {
+    const std::uint64_t total = params.warmup + params.iters;
+    const bool sync = params.test == TestKind::tag_sync_lat;
+    Buffer sbuf(params.size), rbuf(params.size), peer_sbuf(loopback ? params.size : 0),
+        peer_rbuf(loopback ? params.size : 0);
+    if (!sbuf.data || !rbuf.data || !peer_sbuf.data || !peer_rbuf.data) return fail(params, "malloc", LOOM_ERR_NO_MEMORY);
+    loom_status_ptr_t peer_posted = nullptr;
+    if (loopback) {
+        peer_posted = ucp.recv(peer_rbuf.data, params.size, kTagPing);
+        if (LOOM_PTR_IS_ERR(peer_posted)) return fail(params, "loom_tag_recv_nbx", LOOM_PTR_STATUS(peer_posted));
+    }
+    std::unique_ptr<Meter> meter;
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, true);
+        ucs::Ticks t0 = ucs::get_time();
+        // The receive of the pong is posted before the ping leaves, as ucx_perftest does.
+        loom_status_ptr_t r = ucp.recv(rbuf.data, params.size, kTagPong);
+        if (LOOM_PTR_IS_ERR(r)) return fail(params, "loom_tag_recv_nbx", LOOM_PTR_STATUS(r));
+        loom_status_ptr_t s = ucp.send(sbuf.data, params.size, kTagPing, sync);
+        if (LOOM_PTR_IS_ERR(s)) {
+            (void)Ucp::finish(r);
+            return fail(params, sync ? "loom_tag_send_sync_nbx" : "loom_tag_send_nbx", LOOM_PTR_STATUS(s));
+        }
+        if (loopback) {
+            if (Status st = pong(ucp, params, peer_rbuf, peer_sbuf, peer_posted, i + 1 < total); st != Status::ok) {
+                return st;
+            }
+        }
+        if (loom_status_t st = ucp.wait(s); st != LOOM_OK) {
+            (void)Ucp::finish(r);
+            return fail_wait(params, sync ? "loom_tag_send_sync_nbx" : "loom_tag_send_nbx", st);
+        }
+        if (loom_status_t st = ucp.wait(r); st != LOOM_OK) return fail_wait(params, "receive of the pong", st);
+        if (meter) {
+            ucs::Ticks now = ucs::get_time();
+            meter->sample(i - params.warmup, now, now - t0);
+        }
+    }
+    if (meter) meter->finish(params.iters, report);
+    return Status::ok;
+}
+
+Status run_latency_server(Ucp& ucp, const Params& params) {
+    const std::uint64_t total = params.warmup + params.iters;
+    Buffer sbuf(params.size), rbuf(params.size);
+    if (!sbuf.data || !rbuf.data) return fail(params, "malloc", LOOM_ERR_NO_MEMORY);
+    loom_status_ptr_t posted = ucp.recv(rbuf.data, params.size, kTagPing);
+    if (LOOM_PTR_IS_ERR(posted)) return fail(params, "loom_tag_recv_nbx", LOOM_PTR_STATUS(posted));
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (Status s = pong(ucp, params, rbuf, sbuf, posted, i + 1 < total); s != Status::ok) return s;
+    }
+    return Status::ok;
+}
+
+// --- bandwidth -------------------------------------------------------------------------------
+
+/**
+ * The receiving side of tag_bw: keeps up to `window` receives posted (all into one
+ * buffer: only the bandwidth is measured, as ucx_perftest does) and sends the
+ * acknowledgement once all @p total messages arrived. step() never blocks, so the
+ * loopback client can call it from its waits.
+ */
+class BwReceiver {
+public:
+    BwReceiver(Ucp& ucp, const Params& params, std::uint32_t window)
+        : ucp_(ucp), params_(params), total_(params.warmup + params.iters), rbuf_(params.size),
+          posted_(window, nullptr) {}
+
+    ~BwReceiver() {
+        for (loom_status_ptr_t& r : posted_) {
+            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
+        }
+        if (LOOM_PTR_IS_PTR(ack_)) loom_request_free(ack_);
+    }
+
+    loom_status_t start() {
+        if (rbuf_.data == nullptr) return LOOM_ERR_NO_MEMORY;
+        while (posted_count_ < total_ && posted_count_ < posted_.size()) {
+            if (loom_status_t s = post(); s != LOOM_OK) return s;
+        }
+        return LOOM_OK;
+    }
+
+    /** Takes the receives that completed, in order, reposting; sends the ack at the end. */
+    loom_status_t step() {
+        while (received_ < posted_count_) {
+            loom_status_ptr_t& r = posted_[received_ % posted_.size()];
+            if (!Ucp::done(r)) return LOOM_OK;
+            if (loom_status_t s = Ucp::finish(r); s != LOOM_OK) {
+                r = nullptr;
+                what_ = "receive";
+                return s;
+            }
+            r = nullptr;
+            ++received_;
+            if (posted_count_ < total_) {
+                if (loom_status_t s = post(); s != LOOM_OK) return s;
+            }
+        }
+        if (received_ == total_ && !ack_sent_) {
+            ack_sent_ = true;
+            ack_ = ucp_.send(&total_, sizeof(total_), kTagAck, false);
+            if (LOOM_PTR_IS_ERR(ack_)) {
+                what_ = "loom_tag_send_nbx (ack)";
+                return LOOM_PTR_STATUS(ack_);
+            }
+        }
+        return LOOM_OK;
+    }
+
+    bool all_received() const { return received_ == total_; }
+    bool finished() const { return ack_sent_ && Ucp::done(ack_); }
+    loom_status_t ack_status() {
+        loom_status_t s = Ucp::finish(ack_);
+        ack_ = nullptr;
+        return s;
+    }
+    const char* what() const { return what_; }
+
+private:
+    loom_status_t post() {
+        loom_status_ptr_t r = ucp_.recv(rbuf_.data, params_.size, kTagPing);
+        if (LOOM_PTR_IS_ERR(r)) {
+            what_ = "loom_tag_recv_nbx";
+            return LOOM_PTR_STATUS(r);
+        }
+        posted_[posted_count_ % posted_.size()] = r;
+        ++posted_count_;
+        return LOOM_OK;
+    }
+
+    Ucp& ucp_;
+    const Params& params_;
+    std::uint64_t total_;
+    Buffer rbuf_;
+    std::vector<loom_status_ptr_t> posted_;
+    std::uint64_t posted_count_ = 0;
+    std::uint64_t received_ = 0;
+    bool ack_sent_ = false;
+    loom_status_ptr_t ack_ = nullptr;
+    const char* what_ = "";
+};
+
+std::uint32_t bw_window(const Params& params) {
+    return params.outstanding ? params.outstanding : kDefaultBwOutstanding;
+}
+
+Status run_bw_client(Ucp& ucp, const Params& params, bool loopback, const OutputOptions& out, Report& report) {
+    const std::uint64_t total = params.warmup + params.iters;
+    const std::uint32_t window = bw_window(params);
+    Buffer sbuf(params.size);
+    std::uint64_t ack_value = 0;
+    if (!sbuf.data) return fail(params, "malloc", LOOM_ERR_NO_MEMORY);
+    std::unique_ptr<BwReceiver> receiver;
+    if (loopback) {
+        receiver = std::make_unique<BwReceiver>(ucp, params, window);
+        if (loom_status_t s = receiver->start(); s != LOOM_OK) return fail(params, receiver->what(), s);
+    }
+    auto hook = [&]() -> loom_status_t { return receiver ? receiver->step() : LOOM_OK; };
+    auto hook_failed = [&](loom_status_t s, const char* what) {
+        return fail_wait(params, receiver && *receiver->what() ? receiver->what() : what, s);
+    };
+
+    // The acknowledgement's receive is posted first: it may arrive before the last send completes.
+    loom_status_ptr_t ack = ucp.recv(&ack_value, sizeof(ack_value), kTagAck);
+    if (LOOM_PTR_IS_ERR(ack)) return fail(params, "loom_tag_recv_nbx (ack)", LOOM_PTR_STATUS(ack));
+    std::vector<loom_status_ptr_t> inflight(window, nullptr);
+    auto drop_all = [&] {
+        for (loom_status_ptr_t& r : inflight) {
+            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
+            r = nullptr;
+        }
+        if (LOOM_PTR_IS_PTR(ack)) loom_request_free(ack);
+    };
+    std::unique_ptr<Meter> meter;
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
+        loom_status_ptr_t& slot = inflight[i % window];
+        if (slot != nullptr) {  // the send `window` messages ago: wait until it left
+            loom_status_t s = ucp.wait(slot, hook);
+            slot = nullptr;
+            if (s != LOOM_OK) {
+                drop_all();
+                return hook_failed(s, "loom_tag_send_nbx");
+            }
+        }
+        slot = ucp.send(sbuf.data, params.size, kTagPing, false);
+        if (LOOM_PTR_IS_ERR(slot)) {
+            loom_status_t s = LOOM_PTR_STATUS(slot);
+            slot = nullptr;
+            drop_all();
+            return fail(params, "loom_tag_send_nbx", s);
+        }
+        if (receiver) {
+            if (loom_status_t s = receiver->step(); s != LOOM_OK) {
+                drop_all();
+                return fail(params, receiver->what(), s);
+            }
+        }
+        if (meter) {
+            ucs::Ticks now = ucs::get_time();
+            meter->sample(i - params.warmup, now, 0);
+        }
+    }
+    for (loom_status_ptr_t& slot : inflight) {
+        loom_status_t s = ucp.wait(slot, hook);
+        slot = nullptr;
+        if (s != LOOM_OK) {
+            drop_all();
+            return hook_failed(s, "loom_tag_send_nbx");
+        }
+    }
+    loom_status_t s = ucp.wait(ack, hook);
+    ack = nullptr;
+    if (s != LOOM_OK) return hook_failed(s, "receive of the acknowledgement");
+    if (meter) meter->finish(params.iters, report);
+    if (receiver) {
+        if (loom_status_t st = ucp.progress_until([&] { return receiver->finished(); }, hook); st != LOOM_OK) {
+            return hook_failed(st, "loom_tag_send_nbx (ack)");
+        }
+        if (loom_status_t st = receiver->ack_status(); st != LOOM_OK) return fail(params, "loom_tag_send_nbx (ack)", st);
+    }
+    return Status::ok;
+}
+
+Status run_bw_server(Ucp& ucp, const Params& params) {
+    BwReceiver receiver(ucp, params, bw_window(params));
+    if (loom_status_t s = receiver.start(); s != LOOM_OK) return fail(params, receiver.what(), s);
+    loom_status_t s = ucp.progress_until([&] { return receiver.finished(); }, [&] { return receiver.step(); });
+    if (s != LOOM_OK) {
+        return fail_wait(params, *receiver.what() ? receiver.what() : "receive of the stream", s);
+    }
+    if (loom_status_t st = receiver.ack_status(); st != LOOM_OK) return fail(params, "loom_tag_send_nbx (ack)", st);
+    return Status::ok;
+}
+
+Status run(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report) {
+    const bool bw = params.test == TestKind::tag_bw;
+    if (role == Role::server) return bw ? run_bw_server(ucp, params) : run_latency_server(ucp, params);
+    print_header(out, params);
+    const bool loopback = role == Role::loopback;
+    return bw ? run_bw_client(ucp, params, loopback, out, report)
+              : run_latency_client(ucp, params, loopback, out, report);
+}
+
+}  // namespace
+
+Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report) {
+    Ucp ucp(params);
+    if (Status s = ucp.open(); s != Status::ok) return s;
+    if (role == Role::loopback) {
+        // One worker talking to itself, as ucx_perftest -l does.
+        std::vector<std::uint8_t> self = ucp.address();
+        if (Status s = ucp.connect(self.data()); s != Status::ok) return s;
+        if (Status s = run(ucp, params, role, out, report); s != Status::ok) return s;
+        return ucp.close();
+    }
+    // Both sides make their endpoint before either progresses, so the wire-up each one
+    // sends finds the other's endpoint in place.
+    std::vector<std::uint8_t> peer;
+    Status s = oob->send_blob(ucp.address());
+    if (s == Status::ok) s = oob->recv_blob(peer);
+    if (s != Status::ok) {
+        std::fprintf(stderr, "loom_perftest: %s: the worker address exchange failed: %s\n", test_name(params.test),
+                     std::string(to_string(s)).c_str());
+        return s;
+    }
+    // On failure this process exits without the barrier: the peer sees the out-of-band
+    // connection close and stops too.
+    if (s = ucp.connect(peer.data()); s != Status::ok) return s;
+    if (s = oob->barrier(); s != Status::ok) {
+        std::fprintf(stderr, "loom_perftest: %s: the peer failed before the test (see its output)\n",
+                     test_name(params.test));
+        return s;
+    }
+    if (s = run(ucp, params, role, out, report); s != Status::ok) return s;
+    if (s = ucp.close(); s != Status::ok) return s;
+    // Nobody tears down its worker while the other may still progress a close.
+    if (s = oob->barrier(); s != Status::ok) {
+        std::fprintf(stderr, "loom_perftest: %s: the peer failed after the test\n", test_name(params.test));
+        return s;
+    }
+    return Status::ok;
+}
+
+}  // namespace loom::perftest
