@@ -69,6 +69,19 @@ for tls in shm tcp; do
 done
 pair "the client's -x sets LOOM_TLS in both processes" nope -x shm -t tag_lat -n 300 -w 10 -f
 rm -f "$server_err"
+# A server killed in the middle: the client stops at once with an error (well before its
+# 60 s no-progress timeout), since shm and tcp fail the endpoint.
+for tls in shm tcp; do
+    port=$((20000 + RANDOM % 20000))
+    pidfile=$(mktemp)
+    # Started from a subshell, so that this shell does not report the kill.
+    (LOOM_TLS=$tls "$pt" -p $port > /dev/null 2>&1 & echo $! > "$pidfile")
+    (sleep 1; kill -9 "$(cat "$pidfile")") &
+    check_output "LOOM_TLS=$tls: the server dies mid-test, the client says so" 'the peer is gone|connection reset' \
+                 env LOOM_TLS=$tls timeout 30 "$pt" 127.0.0.1 -p $port -t tag_lat -n 1000000000 -f
+    wait
+    rm -f "$pidfile"
+done
 port=$((20000 + RANDOM % 20000))
 LOOM_TLS=self "$pt" -p $port > /dev/null 2>&1 &
 server=$!

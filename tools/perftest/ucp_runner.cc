@@ -113,8 +113,14 @@ public:
 
     Status connect(const void* peer_address) {
         loom_ep_params_t ep{};
-        ep.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        ep.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
         ep.address = peer_address;
+        // A transport that sees the peer die (shm, tcp) fails the endpoint: stop at once
+        // instead of waiting for the timeout (a posted receive from any source does not fail).
+        ep.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t status) {
+            static_cast<Ucp*>(arg)->peer_failure_ = status;
+        };
+        ep.err_handler.arg = this;
         if (loom_status_t s = loom_ep_create(worker_, &ep, &ep_); s != LOOM_OK) {
             ep_ = nullptr;
             return fail(params_, "loom_ep_create", s);
@@ -131,6 +137,7 @@ public:
         ucs::Ticks idle_since = 0;
         unsigned spins = 0;
         while (!done()) {
+            if (__builtin_expect(peer_failure_ != LOOM_OK, 0)) return peer_failure_;
             if (loom_worker_progress(worker_) != 0) {
                 idle_since = 0;
                 spins = 0;
@@ -202,6 +209,7 @@ private:
     loom_ep_h ep_ = nullptr;
     void* address_ = nullptr;
     std::size_t address_length_ = 0;
+    loom_status_t peer_failure_ = LOOM_OK;  ///< set by the endpoint's error handler
 };
 
 /** A failed wait: names the operation, and says so when it was the timeout. */
@@ -210,6 +218,11 @@ Status fail_wait(const Params& params, const char* what, loom_status_t s) {
         std::fprintf(stderr, "loom_perftest: %s: %s did not complete: no progress for %.0f s (peer gone?)\n",
                      test_name(params.test), what, kTimeoutSec);
         return Status::timed_out;
+    }
+    if (s == LOOM_ERR_ENDPOINT_FAILURE || s == LOOM_ERR_CONNECTION_RESET || s == LOOM_ERR_PEER_TIMEOUT) {
+        std::fprintf(stderr, "loom_perftest: %s: %s failed: the peer is gone (%s)\n", test_name(params.test), what,
+                     loom_status_string(s));
+        return static_cast<Status>(s);
     }
     return fail(params, what, s);
 }
