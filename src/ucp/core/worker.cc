@@ -369,6 +369,21 @@ void Worker::release(Request* req) {
 
 // --- control messages --------------------------------------------------------------------
 
+ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t length) {
+    struct Arg {
+        const void* data;
+        std::size_t length;
+    } arg{data, length};
+    return uct::ep_am_bcopy(
+        ep, id,
+        [](void* dest, void* a) -> std::size_t {
+            auto* x = static_cast<Arg*>(a);
+            std::memcpy(dest, x->data, x->length);
+            return x->length;
+        },
+        &arg, 0);
+}
+
 namespace {
 
 Status ctrl_progress(Request* req) {
@@ -376,18 +391,7 @@ Status ctrl_progress(Request* req) {
     const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
                                    ? req->send.ctrl_data
                                    : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
-    struct Arg {
-        const std::uint8_t* data;
-        std::size_t length;
-    } arg{data, req->send.ctrl_length};
-    ssize_t n = uct::ep_am_bcopy(
-        ep->am_ep, req->send.ctrl_am_id,
-        [](void* dest, void* a) -> std::size_t {
-            auto* x = static_cast<Arg*>(a);
-            std::memcpy(dest, x->data, x->length);
-            return x->length;
-        },
-        &arg, 0);
+    ssize_t n = am_bcopy_bytes(ep->am_ep, req->send.ctrl_am_id, data, req->send.ctrl_length);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
     req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
@@ -401,18 +405,7 @@ Status send_request_start(Request* req);
 Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length) {
     if (ep->flags & kEpFailed) return ep->failure;
     if (ep->num_pending == 0) {
-        struct Arg {
-            const void* data;
-            std::size_t length;
-        } arg{data, length};
-        ssize_t n = uct::ep_am_bcopy(
-            ep->am_ep, id,
-            [](void* dest, void* a) -> std::size_t {
-                auto* x = static_cast<Arg*>(a);
-                std::memcpy(dest, x->data, x->length);
-                return x->length;
-            },
-            &arg, 0);
+        ssize_t n = am_bcopy_bytes(ep->am_ep, id, data, length);
         if (n >= 0) return Status::ok;
         if (n != static_cast<ssize_t>(Status::no_resource)) return static_cast<Status>(n);
     }

@@ -177,6 +177,9 @@ private:
     Status init();
 };
 
+/** Sends @p length bytes at @p data as one am_bcopy; returns what ep_am_bcopy returns. */
+ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t length);
+
 // --- protocol entry points (src/ucp/tag) --------------------------------------------------
 
 /** Registers the tag protocol's AM handlers on every iface of @p worker. */

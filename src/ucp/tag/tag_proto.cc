@@ -96,6 +96,32 @@ void recv_finish(Worker& w, Request* req) {
 
 void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len);
 
+/**
+ * Queues an eager message no receive wanted yet: @p plen bytes of its @p total arrived
+ * (the rest follows as fragments of @p msg_id). Returns the descriptor, or nullptr (logged)
+ * without memory.
+ */
+UnexpDesc* queue_unexpected_eager(Worker& w, Tag tag, std::size_t total, const std::uint8_t* payload,
+                                  std::size_t plen, std::uint64_t sender_uuid, std::uint64_t sreq_id,
+                                  std::uint64_t msg_id) {
+    UnexpDesc* desc = alloc_desc(w, total);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", total);
+        return nullptr;
+    }
+    desc->kind = UnexpDesc::eager;
+    desc->length = total;
+    desc->received = plen;
+    desc->complete = plen == total;
+    desc->sync = sreq_id != 0;
+    desc->sender_uuid = sender_uuid;
+    desc->sreq_id = sreq_id;
+    desc->msg_id = msg_id;
+    std::memcpy(desc->data(), payload, plen);
+    w.tm.push_unexpected(desc->entry, tag);
+    return desc;
+}
+
 /** A receive takes the unexpected message @p desc (already out of the queue). */
 void recv_take_desc(Worker& w, Request* req, UnexpDesc* desc) {
     if (desc->kind == UnexpDesc::rts) {
@@ -144,19 +170,7 @@ Status eager_only_handler(void* arg, void* data, std::size_t length, unsigned) {
         recv_finish(w, req);
         return Status::ok;
     }
-    UnexpDesc* desc = alloc_desc(w, plen);
-    if (desc == nullptr) {
-        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", plen);
-        return Status::ok;
-    }
-    desc->kind = UnexpDesc::eager;
-    desc->length = plen;
-    desc->received = plen;
-    desc->sync = Sync;
-    desc->sender_uuid = hdr.sender_uuid;
-    desc->sreq_id = hdr.sreq_id;
-    std::memcpy(desc->data(), payload, plen);
-    w.tm.push_unexpected(desc->entry, hdr.tag);
+    (void)queue_unexpected_eager(w, hdr.tag, plen, payload, plen, hdr.sender_uuid, Sync ? hdr.sreq_id : 0, 0);
     return Status::ok;
 }
 
@@ -189,22 +203,9 @@ Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) 
         }
         return Status::ok;
     }
-    UnexpDesc* desc = alloc_desc(w, hdr.total_length);
-    if (desc == nullptr) {
-        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", hdr.total_length);
-        return Status::ok;
-    }
-    desc->kind = UnexpDesc::eager;
-    desc->length = hdr.total_length;
-    desc->received = plen;
-    desc->complete = plen == hdr.total_length;
-    desc->sync = hdr.sreq_id != 0;
-    desc->sender_uuid = hdr.sender_uuid;
-    desc->sreq_id = hdr.sreq_id;
-    desc->msg_id = hdr.msg_id;
-    std::memcpy(desc->data(), payload, plen);
-    w.tm.push_unexpected(desc->entry, hdr.tag);
-    if (!desc->complete) w.frags[key] = FragTarget{nullptr, desc};
+    UnexpDesc* desc = queue_unexpected_eager(w, hdr.tag, hdr.total_length, payload, plen, hdr.sender_uuid,
+                                             hdr.sreq_id, hdr.msg_id);
+    if (desc != nullptr && !desc->complete) w.frags[key] = FragTarget{nullptr, desc};
     return Status::ok;
 }
 
@@ -589,18 +590,7 @@ Status rndv_rts_progress(Request* req) {
     }
     rts.rkey_length = static_cast<std::uint16_t>(rkey_len);
     std::memcpy(buf, &rts, sizeof(rts));
-    struct Arg {
-        const std::uint8_t* data;
-        std::size_t length;
-    } arg{buf, sizeof(rts) + rkey_len};
-    ssize_t n = uct::ep_am_bcopy(
-        ep->am_ep, kAmRndvRts,
-        [](void* dest, void* a) -> std::size_t {
-            auto* x = static_cast<Arg*>(a);
-            std::memcpy(dest, x->data, x->length);
-            return x->length;
-        },
-        &arg, 0);
+    ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvRts, buf, sizeof(rts) + rkey_len);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     if (n < 0) {
         req->send.dt.finish();
