@@ -14,7 +14,10 @@
  *   asked for in loom_params_t), so an MPI library keeps its own request inside Loom's.
  *
  * Thread safety: a worker created with LOOM_THREAD_MODE_SINGLE or _SERIALIZED must not
- * be entered by two threads at once.
+ * be entered by two threads at once. With LOOM_THREAD_MODE_MULTI any thread may call any
+ * function on the worker, its endpoints and requests: each call holds the worker's lock
+ * (recursive, so callbacks, which run under it, may call Loom again). Different workers
+ * never share a lock.
  */
 #ifndef LOOM_UCP_H
 #define LOOM_UCP_H
@@ -226,6 +229,42 @@ loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size
 
 /** Releases an address from loom_worker_get_address. */
 void loom_worker_release_address(loom_worker_h worker, void* address);
+
+/*
+ * Sleeping until there is work (LOOM_FEATURE_WAKEUP). The loop of a thread that sleeps:
+ *
+ *     for (;;) {
+ *         if (loom_worker_progress(w)) continue;
+ *         ... check what you wait for ...
+ *         if (loom_worker_arm(w) == LOOM_ERR_BUSY) continue;
+ *         poll(efd) or epoll_wait(efd), or simply loom_worker_wait(w) instead of arm+poll
+ *     }
+ *
+ * A worker of a context with LOOM_FEATURE_WAKEUP uses only transports that can wake it
+ * (shm, tcp, self; not rc yet: docs/protocols.md).
+ */
+
+/**
+ * The worker's event fd: it becomes readable when progress may find work, once
+ * loom_worker_arm returned LOOM_OK. Poll it for readability; never read or close it.
+ * LOOM_ERR_UNSUPPORTED without LOOM_FEATURE_WAKEUP.
+ */
+loom_status_t loom_worker_get_efd(loom_worker_h worker, int* fd);
+
+/**
+ * Prepares a sleep on the event fd. LOOM_OK: nothing is pending, sleep; LOOM_ERR_BUSY:
+ * events are waiting (or loom_worker_signal was called): progress, then arm again.
+ */
+loom_status_t loom_worker_arm(loom_worker_h worker);
+
+/**
+ * Arms the worker and sleeps until it may have work; returns at once when it has some.
+ * LOOM_OK or an error (LOOM_ERR_UNSUPPORTED without LOOM_FEATURE_WAKEUP).
+ */
+loom_status_t loom_worker_wait(loom_worker_h worker);
+
+/** Wakes a thread in loom_worker_wait or asleep on the event fd; any thread, any time. */
+loom_status_t loom_worker_signal(loom_worker_h worker);
 
 /* --- requests ------------------------------------------------------------------------- */
 

@@ -90,10 +90,11 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
                bool sync) {
     Ep* ep = E(ep_h);
     if (LOOM_UNLIKELY(ep == nullptr)) return status_ptr(Status::invalid_param);
+    Worker& w = *ep->worker;
+    WorkerGuard guard(w);
     if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
         return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
     }
-    Worker& w = *ep->worker;
     const Datatype dt = dt_of(p);
     // Eager short: nothing to allocate when the transport takes it at once.
     if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count <= ep->max_short && ep->num_pending == 0 &&
@@ -158,9 +159,7 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
         if (cp.features & ~std::uint64_t{kFeatureTag | kFeatureWakeup}) {
-            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag (and wakeup via "
-                           "progress only)",
-                           cp.features);
+            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag and wakeup", cp.features);
             return LOOM_ERR_UNSUPPORTED;
         }
         auto ctx = Context::create(cp);
@@ -200,11 +199,15 @@ loom_status_t loom_worker_create(loom_context_h context, const loom_worker_param
 
 void loom_worker_destroy(loom_worker_h worker) { delete worker; }
 
-unsigned loom_worker_progress(loom_worker_h worker) { return W(worker)->progress(); }
+unsigned loom_worker_progress(loom_worker_h worker) {
+    WorkerGuard guard(*W(worker));
+    return W(worker)->progress();
+}
 
 loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size_t* length) {
     if (worker == nullptr || address == nullptr || length == nullptr) return LOOM_ERR_INVALID_PARAM;
     return guarded([&] {
+        WorkerGuard guard(*W(worker));
         std::vector<std::uint8_t> a = W(worker)->pack_address();
         void* mem = std::malloc(a.size());
         if (mem == nullptr) return LOOM_ERR_NO_MEMORY;
@@ -217,13 +220,42 @@ loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size
 
 void loom_worker_release_address(loom_worker_h, void* address) { std::free(address); }
 
+loom_status_t loom_worker_get_efd(loom_worker_h worker, int* fd) {
+    if (worker == nullptr || fd == nullptr) return LOOM_ERR_INVALID_PARAM;
+    if (W(worker)->event_fd() < 0) {
+        LOOM_LOG_ERROR("ucp: loom_worker_get_efd needs a context created with LOOM_FEATURE_WAKEUP");
+        return LOOM_ERR_UNSUPPORTED;
+    }
+    *fd = W(worker)->event_fd();
+    return LOOM_OK;
+}
+
+loom_status_t loom_worker_arm(loom_worker_h worker) {
+    if (worker == nullptr) return LOOM_ERR_INVALID_PARAM;
+    WorkerGuard guard(*W(worker));
+    return C(W(worker)->arm());
+}
+
+loom_status_t loom_worker_wait(loom_worker_h worker) {
+    if (worker == nullptr) return LOOM_ERR_INVALID_PARAM;
+    WorkerGuard guard(*W(worker));
+    return C(W(worker)->wait());
+}
+
+loom_status_t loom_worker_signal(loom_worker_h worker) {
+    if (worker == nullptr) return LOOM_ERR_INVALID_PARAM;
+    return C(W(worker)->signal());  // no lock: it must reach a thread that holds it
+}
+
 loom_status_t loom_request_check_status(void* request) {
     Request* req = request_of(request);
+    WorkerGuard guard(*req->worker);
     return (req->flags & kReqCompleted) ? C(req->status) : LOOM_INPROGRESS;
 }
 
 loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* info) {
     Request* req = request_of(request);
+    WorkerGuard guard(*req->worker);
     if (!(req->flags & kReqCompleted)) return LOOM_INPROGRESS;
     if (info != nullptr && (req->flags & kReqRecv)) std::memcpy(info, &req->recv.info, sizeof(*info));
     return C(req->status);
@@ -231,6 +263,7 @@ loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* in
 
 void loom_request_free(void* request) {
     Request* req = request_of(request);
+    WorkerGuard guard(*req->worker);
     if (req->flags & kReqCompleted) {
         req->worker->release(req);
     } else {
@@ -240,6 +273,7 @@ void loom_request_free(void* request) {
 
 void loom_request_cancel(loom_worker_h worker, void* request) {
     Request* req = request_of(request);
+    WorkerGuard guard(*W(worker));
     if (!(req->flags & kReqRecv) || (req->flags & kReqCompleted)) return;
     if (W(worker)->tm.cancel(req->recv.entry)) {
         req->recv.dt.finish();
@@ -255,6 +289,7 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
     }
     return guarded([&] {
         Worker& w = *W(worker);
+        WorkerGuard guard(w);
         // The address says its own length; read the header first to learn it.
         std::uint32_t total = 0;
         std::memcpy(&total, static_cast<const std::uint8_t*>(params->address) + 4, sizeof(total));
@@ -298,19 +333,23 @@ static void* flush_nbx(Worker& w, Ep* ep, bool close, const loom_request_param_t
 loom_status_ptr_t loom_ep_flush_nbx(loom_ep_h ep_h, const loom_request_param_t* p) {
     Ep* ep = E(ep_h);
     if (ep == nullptr) return status_ptr(Status::invalid_param);
+    WorkerGuard guard(*ep->worker);
     if (ep->flags & kEpFailed) return status_ptr(ep->failure);
     return flush_nbx(*ep->worker, ep, false, p);
 }
 
 loom_status_ptr_t loom_worker_flush_nbx(loom_worker_h worker, const loom_request_param_t* p) {
     if (worker == nullptr) return status_ptr(Status::invalid_param);
+    WorkerGuard guard(*W(worker));
     return flush_nbx(*W(worker), nullptr, false, p);
 }
 
 loom_status_ptr_t loom_ep_close_nbx(loom_ep_h ep_h, const loom_request_param_t* p) {
     Ep* ep = E(ep_h);
-    if (ep == nullptr || (ep->flags & kEpClosing)) return status_ptr(Status::invalid_param);
+    if (ep == nullptr) return status_ptr(Status::invalid_param);
     Worker& w = *ep->worker;
+    WorkerGuard guard(w);
+    if (ep->flags & kEpClosing) return status_ptr(Status::invalid_param);
     const bool force = (attr(p) & LOOM_OP_ATTR_FIELD_FLAGS) && (p->flags & LOOM_EP_CLOSE_FLAG_FORCE);
     if (force || (ep->flags & kEpFailed)) {
         w.ep_close_now(ep, true);
@@ -361,6 +400,7 @@ static void* tag_recv(Worker& w, void* buffer, size_t count, UnexpDesc* desc, Ta
 loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t count, loom_tag_t tag,
                                     loom_tag_t tag_mask, const loom_request_param_t* param) {
     Worker& w = *W(worker);
+    WorkerGuard guard(w);
     TagUnexpEntry* entry = w.tm.probe(tag, tag_mask, true);
     return tag_recv(w, buffer, count, reinterpret_cast<UnexpDesc*>(entry), tag, tag_mask, param);
 }
@@ -368,6 +408,7 @@ loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t c
 loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_tag_t tag_mask, int remove,
                                      loom_tag_recv_info_t* info) {
     TagRecvInfo i;
+    WorkerGuard guard(*W(worker));
     UnexpDesc* desc = tag_probe(*W(worker), tag, tag_mask, remove != 0, &i);
     if (desc != nullptr && info != nullptr) std::memcpy(info, &i, sizeof(i));
     return reinterpret_cast<loom_tag_message_h>(desc);
@@ -377,6 +418,7 @@ loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size
                                         const loom_request_param_t* param) {
     if (message == nullptr) return status_ptr(Status::invalid_param);
     auto* desc = reinterpret_cast<UnexpDesc*>(message);
+    WorkerGuard guard(*W(worker));
     return tag_recv(*W(worker), buffer, count, desc, desc->entry.tag, kTagMaskFull, param);
 }
 

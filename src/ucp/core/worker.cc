@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+
+#include <sys/epoll.h>
 #include <unistd.h>
 
 namespace loom::ucp {
@@ -44,11 +46,11 @@ Request* RequestTable::take(std::uint64_t wire_id) {
 // --- worker ------------------------------------------------------------------------------
 
 Result<std::unique_ptr<Worker>> Worker::create(Context& ctx, const WorkerParams& params) {
-    if (params.thread_mode == uct::ThreadMode::multi) {
-        LOOM_LOG_ERROR("ucp: thread mode multi is not supported yet; use single or serialized");
-        return Status::unsupported;
-    }
-    std::unique_ptr<Worker> worker(new Worker(ctx, params.thread_mode));
+    // Multi: the protocol layer serializes every call with its own lock, so the
+    // transports below only ever see one thread at a time.
+    const bool multi = params.thread_mode == uct::ThreadMode::multi;
+    std::unique_ptr<Worker> worker(new Worker(ctx, multi ? uct::ThreadMode::serialized : params.thread_mode));
+    worker->multi_threaded = multi;
     if (Status s = worker->init(); s != Status::ok) return s;
     return worker;
 }
@@ -83,6 +85,12 @@ Status Worker::init() {
         wi.iface = std::move(*iface);
         wi.rsc = &rsc;
         if (Status s = wi.iface->query(wi.attr); s != Status::ok) return s;
+        if ((context.params().features & kFeatureWakeup) && !(wi.attr.cap_flags & uct::kCapEventRecv)) {
+            // As in UCX: a worker that may sleep uses only transports that can wake it.
+            LOOM_LOG_INFO("ucp: {} on {} not used: it cannot wake a sleeping worker (LOOM_FEATURE_WAKEUP)",
+                          rsc.tl.tl_name, rsc.tl.dev_name);
+            continue;
+        }
         if (Status s = wi.iface->progress_enable(); s != Status::ok) return s;
         if (Status s = wi.iface->set_am_handler(kAmWireup, wireup_handler, this, 0); s != Status::ok) return s;
         ifaces.push_back(std::move(wi));
@@ -91,7 +99,93 @@ Status Worker::init() {
         LOOM_LOG_ERROR("ucp: no transport could be opened for the worker");
         return Status::no_device;
     }
+    if (context.params().features & kFeatureWakeup) {
+        if (Status s = init_wakeup(); s != Status::ok) return s;
+    }
     return tag_register_handlers(*this);
+}
+
+// --- wake-up -----------------------------------------------------------------------------
+
+Status Worker::init_wakeup() {
+    auto signal_fd = ucs::EventFd::create();
+    if (!signal_fd) return signal_fd.status();
+    wake_signal_ = std::move(*signal_fd);
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) {
+        LOOM_LOG_ERROR("ucp: cannot create the worker's event fd: {}", std::strerror(errno));
+        return Status::no_resource;
+    }
+    auto add = [&](int fd, const char* what) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.fd = fd;
+        if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            LOOM_LOG_ERROR("ucp: cannot watch the event fd of {}: {}", what, std::strerror(errno));
+            return Status::io_error;
+        }
+        return Status::ok;
+    };
+    if (Status s = add(wake_signal_.fd(), "the worker signal"); s != Status::ok) return s;
+    for (WorkerIface& wi : ifaces) {
+        auto fd = wi.iface->event_fd();
+        if (!fd) {
+            if (fd.status() == Status::unsupported) continue;  // events never asynchronous (self)
+            return fd.status();
+        }
+        if (Status s = add(*fd, wi.rsc->tl.tl_name.c_str()); s != Status::ok) return s;
+    }
+    return Status::ok;
+}
+
+Status Worker::arm() {
+    if (epoll_fd_ < 0) {
+        LOOM_LOG_ERROR("ucp: the worker cannot sleep: its context was created without LOOM_FEATURE_WAKEUP");
+        return Status::unsupported;
+    }
+    // Drain everything first, then report: every source is armed before we say busy.
+    Status result = wake_signal_.arm();
+    if (result != Status::ok && result != Status::busy) return result;
+    if (completed_since_arm_) {
+        completed_since_arm_ = false;
+        result = Status::busy;
+    }
+    for (WorkerIface& wi : ifaces) {
+        Status s = wi.iface->event_arm();
+        if (s == Status::busy) {
+            result = Status::busy;
+        } else if (s != Status::ok) {
+            return s;
+        }
+    }
+    return result;
+}
+
+Status Worker::wait() {
+    Status s = arm();
+    if (s == Status::busy) return Status::ok;
+    if (s != Status::ok) return s;
+    ++sleepers;
+    const unsigned depth = multi_threaded ? 1 : 0;
+    if (depth) mt_lock.unlock();  // other threads may progress and signal meanwhile
+    epoll_event ev;
+    int n = ::epoll_wait(epoll_fd_, &ev, 1, -1);
+    const int err = errno;
+    if (depth) mt_lock.lock();
+    --sleepers;
+    if (n < 0 && err != EINTR) {
+        LOOM_LOG_ERROR("ucp: waiting on the worker's event fd failed: {}", std::strerror(err));
+        return Status::io_error;
+    }
+    return Status::ok;
+}
+
+Status Worker::signal() {
+    if (epoll_fd_ < 0) {
+        LOOM_LOG_ERROR("ucp: loom_worker_signal needs LOOM_FEATURE_WAKEUP");
+        return Status::unsupported;
+    }
+    return wake_signal_.signal();
 }
 
 Worker::~Worker() {
@@ -122,6 +216,7 @@ Worker::~Worker() {
     frags.clear();
     for (WorkerIface& wi : ifaces) wi.iface->progress_disable();
     ifaces.clear();
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
 // --- flush and close ---------------------------------------------------------------------
@@ -351,6 +446,12 @@ void Worker::complete(Request* req, Status status) {
         return;
     }
     if (!(req->flags & kReqHandedOut)) return;  // completed inside the call that started it
+    // Multi: a thread asleep in wait(), or about to arm, may be waiting for this request,
+    // completed by another thread: wake it, or make its next arm() say busy.
+    if (LOOM_UNLIKELY(multi_threaded)) {
+        completed_since_arm_ = true;
+        if (sleepers.load(std::memory_order_relaxed) != 0 && epoll_fd_ >= 0) (void)wake_signal_.signal();
+    }
     if (req->flags & kReqRecv) {
         if (req->cb.recv) {
             req->cb.recv(handle_of(req), static_cast<int>(status), &req->recv.info, req->user_data);

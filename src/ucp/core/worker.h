@@ -10,13 +10,16 @@
 #include "ucp/core/ep.h"
 #include "ucp/core/request.h"
 #include "ucp/tag/tag_match.h"
+#include "ucs/async/event_fd.h"
 #include "ucs/datastruct/list.h"
 #include "ucs/memory/mem_pool.h"
 #include "uct/api/uct.h"
 #include "uct/base/uct_worker.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -142,6 +145,22 @@ public:
      */
     Status send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length);
 
+    // --- wake-up (LOOM_FEATURE_WAKEUP; docs/protocols.md)
+    /** The fd to sleep on (readable when progress may have work), or -1 without the feature. */
+    int event_fd() const { return epoll_fd_; }
+    /**
+     * Prepares a sleep on event_fd(): ok when nothing is pending, busy when progress has
+     * work now (or signal() was called), unsupported without LOOM_FEATURE_WAKEUP.
+     */
+    Status arm();
+    /**
+     * arm(), then sleeps until an event when it returned ok; returns ok (also at once on
+     * busy), or an error. In thread mode multi the worker's lock is released while asleep.
+     */
+    Status wait();
+    /** Wakes a thread in wait() or asleep on event_fd(); any thread, any time. */
+    Status signal();
+
     // --- requests
     /** A request from the pool, flags cleared; nullptr when memory is exhausted. */
     Request* alloc_request();
@@ -166,15 +185,48 @@ public:
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
     std::uint64_t next_msg_id = 1;
     std::uint32_t num_ifaces_with_progress = 0;
+    /**
+     * LOOM_THREAD_MODE_MULTI: every C API call on the worker holds mt_lock (WorkerGuard).
+     * Recursive, because completion callbacks run under it and may call the API again.
+     */
+    bool multi_threaded = false;
+    std::recursive_mutex mt_lock;
+    /** Threads asleep in wait(): a completion by another thread must wake them (multi). */
+    std::atomic<std::uint32_t> sleepers{0};
 
     static constexpr std::size_t kSmallDescData = 512;
 
 private:
     /** Completes the flush requests whose endpoints have nothing outstanding. */
     unsigned check_flushes();
+    /** With LOOM_FEATURE_WAKEUP: the epoll set of the ifaces' fds and the signal fd. */
+    Status init_wakeup();
+
+    int epoll_fd_ = -1;
+    ucs::EventFd wake_signal_;
+    bool completed_since_arm_ = false;  ///< multi: a request completed since the last arm()
 
     explicit Worker(Context& ctx, uct::ThreadMode mode) : context(ctx), uct_worker(mode) {}
     Status init();
+};
+
+/**
+ * Holds @p worker's lock for the scope when it was created with LOOM_THREAD_MODE_MULTI;
+ * otherwise a predictable branch and nothing else.
+ */
+class WorkerGuard {
+public:
+    explicit WorkerGuard(Worker& worker) : worker_(worker.multi_threaded ? &worker : nullptr) {
+        if (LOOM_UNLIKELY(worker_ != nullptr)) worker_->mt_lock.lock();
+    }
+    ~WorkerGuard() {
+        if (LOOM_UNLIKELY(worker_ != nullptr)) worker_->mt_lock.unlock();
+    }
+    WorkerGuard(const WorkerGuard&) = delete;
+    WorkerGuard& operator=(const WorkerGuard&) = delete;
+
+private:
+    Worker* worker_;
 };
 
 /** Sends @p length bytes at @p data as one am_bcopy; returns what ep_am_bcopy returns. */

@@ -206,8 +206,19 @@ public:
     virtual Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
                                     const std::uint8_t* ep_addr, std::size_t ep_addr_len);
 
-    /** An fd that becomes readable when progress may find work (kCapEventRecv), or unsupported. */
+    /**
+     * An fd that becomes readable when progress may find work (kCapEventRecv), or
+     * unsupported. An iface whose events are never asynchronous (self: everything
+     * happens inside the calls) has kCapEventRecv without an fd.
+     */
     virtual Result<int> event_fd();
+
+    /**
+     * Prepares a sleep on event_fd(): ok when nothing is pending, so the fd will become
+     * readable when something arrives; busy when progress has work now (the caller must
+     * call progress and arm again instead of sleeping); unsupported without kCapEventRecv.
+     */
+    virtual Status event_arm();
 
     /**
      * Registers the handler of active message @p id (replacing any); a null @p cb

@@ -121,6 +121,8 @@ Status Iface::ep_connect_to_ep(Ep*, const std::uint8_t*, std::size_t, const std:
 
 Result<int> Iface::event_fd() { return Status::unsupported; }
 
+Status Iface::event_arm() { return Status::unsupported; }
+
 Result<std::unique_ptr<Listener>> Iface::listen(const ListenParams&) {
     LOOM_LOG_ERROR("{}/{}: this transport cannot listen on a socket address", resource_.tl_name,
                    resource_.dev_name);

@@ -83,6 +83,8 @@ public:
                       std::size_t iface_addr_len, std::string* reason) const override;
     Result<Ep*> ep_create(const EpParams& params) override;
     void ep_destroy(Ep* ep) override;
+    /** Every operation is delivered inside its call: nothing ever waits for progress. */
+    Status event_arm() override { return Status::ok; }
 
 private:
     static const IfaceOps kOps;
@@ -260,7 +262,7 @@ Status SelfIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmShort | kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutShort | kCapPutBcopy |
                      kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
-                     kCapConnectToIface | kCapSelfOnly | kCapIntraNode;
+                     kCapConnectToIface | kCapSelfOnly | kCapIntraNode | kCapEventRecv;
     attr.am = {.max_short = kMaxShort, .max_bcopy = kMaxBcopy, .min_zcopy = 0, .max_zcopy = kMaxBcopy,
                .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = kMaxZcopyHeader};
     attr.put = {.max_short = kMaxShort, .max_bcopy = SIZE_MAX, .min_zcopy = 0, .max_zcopy = SIZE_MAX,

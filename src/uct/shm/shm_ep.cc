@@ -84,6 +84,7 @@ Status EpOps::am_short(Ep* base, AmId id, std::uint64_t header, const void* payl
     std::memcpy(cell->payload(), &header, sizeof(header));
     if (length != 0) std::memcpy(cell->payload() + sizeof(header), payload, length);
     publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
     return Status::ok;
 }
 
@@ -104,6 +105,7 @@ ssize_t EpOps::am_bcopy(Ep* base, AmId id, PackCallback pack, void* arg, unsigne
     set_header(cell, MsgType::am, id, length, cells);
     if (cells < reserved) fifo_shrink(fifo, pos, cells, reserved);
     publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
     return static_cast<ssize_t>(length);
 }
 
@@ -130,6 +132,7 @@ Status EpOps::am_zcopy(Ep* base, AmId id, const void* header, unsigned header_le
         dest += iov[i].length;
     }
     publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
     // The data is in the peer's FIFO: the buffers are free again, the operation is complete.
     return Status::ok;
 }

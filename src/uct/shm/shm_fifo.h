@@ -45,7 +45,7 @@ namespace loom::uct::shm {
 
 inline constexpr std::size_t kCellSize = kCacheLineSize;
 inline constexpr std::uint64_t kFifoMagic = 0x4f4649464d4f4f4cull;  // "LOOMFIFO"
-inline constexpr std::uint32_t kFifoLayoutVersion = 1;
+inline constexpr std::uint32_t kFifoLayoutVersion = 2;  // 2: FifoCtl::armed
 
 /** What a message carries. */
 enum class MsgType : std::uint8_t {
@@ -91,7 +91,13 @@ struct FifoCtl {
     std::uint32_t owner_pid;
     std::atomic<std::uint32_t> state;  ///< FifoState; kFifoClosed once the owner closed the iface
     std::uint32_t max_msg_cells;       ///< the largest message the owner sends (for peers' limits)
-    std::uint32_t reserved[3];
+    /**
+     * 1 while the owner sleeps on its wake-up socket (event_arm): the producer that sees it
+     * after publishing clears it and wakes the owner (fifo_notify). Here, in the line every
+     * producer already reads, so an awake owner costs producers no extra cache miss.
+     */
+    std::atomic<std::uint32_t> armed;
+    std::uint32_t reserved[2];
 
     alignas(kCacheLineSize) std::atomic<std::uint64_t> head;
     alignas(kCacheLineSize) std::atomic<std::uint64_t> tail;
@@ -120,6 +126,17 @@ LOOM_ALWAYS_INLINE std::uint64_t seq_of(std::uint64_t pos, std::uint64_t salt) {
 LOOM_ALWAYS_INLINE void publish(Cell* cell, std::uint64_t pos, std::uint64_t salt) {
     cell->hdr.seq.store(seq_of(pos, salt), std::memory_order_release);
 }
+
+/** Wakes the sleeping owner of @p fifo (cold: only when it armed); see fifo_notify. */
+LOOM_COLD void fifo_wake(FifoCtl* fifo);
+
+/** After publishing a message into @p fifo: wakes its owner if it sleeps. */
+LOOM_ALWAYS_INLINE void fifo_notify(FifoCtl* fifo) {
+    if (LOOM_UNLIKELY(fifo->armed.load(std::memory_order_seq_cst) != 0)) fifo_wake(fifo);
+}
+
+/** The abstract unix socket name an owner listens on for wake-ups; returns its length. */
+std::size_t wake_socket_name(std::uint32_t owner_pid, std::uint64_t cookie, char (&out)[64]);
 
 /** Writes and publishes a padding record of @p cells cells at @p pos. */
 LOOM_ALWAYS_INLINE void write_pad(FifoCtl* fifo, std::uint64_t pos, std::uint64_t cells) {
@@ -154,7 +171,11 @@ LOOM_ALWAYS_INLINE bool fifo_reserve(FifoCtl* fifo, std::uint64_t* cached_tail, 
             if (end - *cached_tail > mask + 1) return false;
         }
     } while (
-        !fifo->head.compare_exchange_weak(head, end, std::memory_order_relaxed, std::memory_order_relaxed));
+        // seq_cst on success: with the seq_cst load of armed in fifo_notify and the owner's
+        // seq_cst store of armed then load of head (ShmIface::event_arm), either the owner
+        // sees this reservation or the producer sees the owner armed: no lost wake-up.
+        // (On x86 the locked CAS is a full barrier whatever the order asked.)
+        !fifo->head.compare_exchange_weak(head, end, std::memory_order_seq_cst, std::memory_order_relaxed));
     if (LOOM_UNLIKELY(pad != 0)) write_pad(fifo, head, pad);
     *pos = head + pad;
     return true;

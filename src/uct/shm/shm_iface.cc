@@ -7,7 +7,9 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +55,71 @@ int pidfd_open(pid_t pid) {
 
 Peer::~Peer() {
     if (pidfd >= 0) ::close(pidfd);
+}
+
+// --- Wake-up events -------------------------------------------------------------------------
+//
+// An owner about to sleep arms its FIFO; the next producer that publishes into it clears the
+// flag and sends one datagram to the owner's abstract unix socket, named after the FIFO, so
+// any process that can write the FIFO can wake its owner without exchanging another address.
+// Only sleeping owners cost a system call; UCX's shared-memory transport does the same.
+
+std::size_t wake_socket_name(std::uint32_t owner_pid, std::uint64_t cookie, char (&out)[64]) {
+    out[0] = '\0';  // abstract namespace: no file, gone with the socket
+    int n = std::snprintf(out + 1, sizeof(out) - 1, "loom-shm-wake-%u-%016llx", owner_pid,
+                          static_cast<unsigned long long>(cookie));
+    return 1 + static_cast<std::size_t>(n);
+}
+
+void fifo_wake(FifoCtl* fifo) {
+    if (fifo->armed.exchange(0, std::memory_order_seq_cst) == 0) return;  // another producer woke it
+    // One unbound socket per process sends every wake-up (a static: created once, thread-safe).
+    static const int sender = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (sender < 0) return;  // the owner's arm failed too, then: it never sleeps
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    char name[64];
+    const std::size_t len = wake_socket_name(fifo->owner_pid, fifo->cookie, name);
+    std::memcpy(addr.sun_path, name, len);
+    // EAGAIN: the owner has unread wake-ups already; ECONNREFUSED: it is gone. Either way
+    // there is nobody to wake, so errors are ignored.
+    (void)::sendto(sender, "w", 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&addr),
+                   static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
+}
+
+Result<int> ShmIface::event_fd() {
+    if (wake_fd_ >= 0) return wake_fd_;
+    int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        LOOM_LOG_ERROR("shm: cannot create the wake-up socket: {}", std::strerror(errno));
+        return Status::no_resource;
+    }
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    char name[64];
+    const std::size_t len = wake_socket_name(rx_.ctl->owner_pid, rx_.ctl->cookie, name);
+    std::memcpy(addr.sun_path, name, len);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len)) !=
+        0) {
+        LOOM_LOG_ERROR("shm: cannot bind the wake-up socket: {}", std::strerror(errno));
+        ::close(fd);
+        return Status::io_error;
+    }
+    wake_fd_ = fd;
+    return fd;
+}
+
+Status ShmIface::event_arm() {
+    auto fd = event_fd();
+    if (!fd) return fd.status();
+    char drain[64];
+    while (::recv(wake_fd_, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
+    }
+    if (rx_.slow_work != 0) return Status::busy;
+    rx_.ctl->armed.store(1, std::memory_order_seq_cst);
+    // A reservation not yet consumed means a message is (or is about to be) there.
+    if (rx_.ctl->head.load(std::memory_order_seq_cst) != rx_.tail) return Status::busy;
+    return Status::ok;
 }
 
 // --- Open and close -------------------------------------------------------------------------
@@ -124,6 +191,7 @@ ShmIface::~ShmIface() {
     progress_disable();
     // Peers that still send here see the flag and fail their endpoints (connection_reset).
     rx_.ctl->state.store(kFifoClosed, std::memory_order_release);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
     while (!eps_.empty()) ep_destroy(&eps_.front());  // endpoints the user did not destroy
     for (ReplyJob& job : replies_) --job.peer->refs;
     replies_.clear();
@@ -136,7 +204,7 @@ Status ShmIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmShort | kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutShort | kCapPutBcopy |
                      kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
-                     kCapConnectToIface | kCapErrHandlingPeerFailure | kCapIntraNode;
+                     kCapConnectToIface | kCapErrHandlingPeerFailure | kCapIntraNode | kCapEventRecv;
     const std::size_t max_bcopy = config_.max_bcopy;
     // am_zcopy gathers the header and iovs into the FIFO like a bcopy: it completes in the call,
     // and saves the caller a pack callback for scattered data.

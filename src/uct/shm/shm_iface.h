@@ -225,6 +225,10 @@ public:
                       std::size_t iface_addr_len, std::string* reason) const override;
     Result<Ep*> ep_create(const EpParams& params) override;
     void ep_destroy(Ep* ep) override;
+    /** The wake-up socket: readable after a producer found this iface armed. */
+    Result<int> event_fd() override;
+    /** Arms the FIFO (FifoCtl::armed); busy when messages or slow-path work wait. */
+    Status event_arm() override;
 
     /** The progress function (IfaceOps::iface_progress). */
     static unsigned progress(Iface* base);
@@ -318,6 +322,7 @@ private:
     std::uint64_t next_op_id_ = 1;
     std::size_t outstanding_ = 0;  ///< emulated operations of every endpoint
     std::vector<Completion*> flush_waiters_;
+    int wake_fd_ = -1;  ///< the bound wake-up socket, made by the first event_fd/event_arm
     std::deque<ReplyJob> replies_;
     ucs::Ticks next_peer_check_ = 0;
     ucs::Ticks peer_check_ticks_ = 0;

@@ -128,6 +128,7 @@ bool push_fragments(ShmEp* ep, FifoCtl* fifo, const Iov* iov, std::size_t iovcnt
         gather(iov, iovcnt, *done, n, cell->payload() + sizeof(header));
         set_header(cell, MsgType::put, sizeof(header) + n, cells);
         publish(cell, pos, fifo->salt);
+        fifo_notify(fifo);
         *done += n;
     }
     return true;
@@ -249,6 +250,7 @@ ssize_t EpOps::remote_put_bcopy(ShmEp* ep, RemoteKey* rk, PackCallback pack, voi
     set_header(cell, MsgType::put, sizeof(PutHeader) + length, cells);
     if (cells < reserved) fifo_shrink(fifo, pos, cells, reserved);
     publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
     return static_cast<ssize_t>(length);
 }
 
@@ -344,6 +346,7 @@ Status EpOps::emu_get(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovc
     std::memcpy(cell->payload(), &request, sizeof(request));
     set_header(cell, MsgType::get_req, sizeof(request), cells);
     publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
     iface->emu_of(ep).gets.push_back(op);
     iface->gets_.emplace(op->id, op);
     ++iface->outstanding_;
@@ -437,6 +440,7 @@ bool ShmIface::push_reply(ReplyJob& job) {
         set_header(cell, MsgType::get_rep, length, cells);
         if (cells < reserved) fifo_shrink(fifo, pos, cells, reserved);
         publish(cell, pos, fifo->salt);
+        fifo_notify(fifo);
         if (status != Status::ok) {
             LOOM_LOG_WARN(
                 "refused an emulated get of {} bytes at {:#x} from process {}: no registration (key {:#x}) "

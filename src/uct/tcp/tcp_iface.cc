@@ -338,6 +338,14 @@ bool TcpIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_l
 
 Result<int> TcpIface::event_fd() { return epoll_.fd(); }
 
+Status TcpIface::event_arm() {
+    // The epoll set is level-triggered and parse_frames() consumes every whole frame it
+    // read, so a readable socket keeps the fd readable: only the slow-path work (failures,
+    // timers, pending sends, endpoints to free) needs progress without an fd event.
+    if ((nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty()) return Status::busy;
+    return Status::ok;
+}
+
 std::string TcpIface::peer_name(const TcpEp* ep) const {
     return addr_text(ep->cold->peer) + (ep->flags & kEpPassive ? " (accepted on " : " (via ") + device_.name + ")";
 }

@@ -47,6 +47,7 @@ public:
     Result<Ep*> ep_create(const EpParams& params) override;
     void ep_destroy(Ep* ep) override;
     Result<int> event_fd() override;
+    Status event_arm() override;
 
     // --- used by the data path (tcp_ep.cc, tcp_rx.cc) ----------------------------------
 

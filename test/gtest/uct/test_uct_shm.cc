@@ -13,6 +13,7 @@
 #include "uct/shm/shm_segment.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -90,7 +91,36 @@ TEST(ShmConfig, LimitsFollowTheConfiguration) {
     EXPECT_EQ(1u, impl::msg_cells(8));
     EXPECT_EQ(4u, impl::msg_cells(8 + impl::kMaxShort));
     EXPECT_NE(0u, side.attr().cap_flags & kCapErrHandlingPeerFailure);
-    EXPECT_EQ(0u, side.attr().cap_flags & kCapEventRecv);
+    EXPECT_NE(0u, side.attr().cap_flags & kCapEventRecv);
+}
+
+// --- Wake-up events ------------------------------------------------------------------------------
+
+TEST(ShmEvents, AnArmedReceiverIsWokenByTheNextMessageOnly) {
+    ShmSide receiver;
+    ShmSide sender;
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    auto fd = receiver.iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    pollfd pfd{*fd, POLLIN, 0};
+
+    // Not armed: messages are found by progress and nobody is signalled.
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 1, nullptr, 0));
+    EXPECT_EQ(0, ::poll(&pfd, 1, 0));
+    EXPECT_EQ(Status::busy, receiver.iface().event_arm()) << "a message waits: sleeping would lose it";
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1; }));
+
+    ASSERT_EQ(Status::ok, receiver.iface().event_arm());
+    EXPECT_EQ(0, ::poll(&pfd, 1, 0)) << "armed with nothing pending: the fd must not be readable";
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 2, nullptr, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 3, nullptr, 0));
+    EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived while armed: the fd must wake the receiver";
+    EXPECT_EQ(Status::busy, receiver.iface().event_arm());
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 3; }));
+    EXPECT_EQ(Status::ok, receiver.iface().event_arm()) << "the wake-up was drained by the arm before";
+    EXPECT_EQ(0, ::poll(&pfd, 1, 0));
 }
 
 // --- The FIFO ------------------------------------------------------------------------------------
