@@ -1,8 +1,8 @@
 /**
  * A protocol-layer worker: one iface per transport resource of its context, the
  * progress engine that drives them, the tag matcher, the request pool, and the
- * endpoints to peer workers. Not thread-safe by itself: LOOM_THREAD_MODE_MULTI is
- * refused for now (docs/protocols.md).
+ * endpoints to peer workers. Not thread-safe by itself: the C API holds mt_lock
+ * (WorkerGuard) around every call on a LOOM_THREAD_MODE_MULTI worker (docs/protocols.md).
  */
 #pragma once
 
