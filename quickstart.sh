@@ -153,6 +153,20 @@ main_job() {
     echo "(self: one process talking to itself; bandwidth is put zcopy of 64 KiB where the transport has it,"
     echo " else active messages of 8 KiB; details: $prefix/bin/loom_perftest -h, loom_info -d)"
     echo
+    say "main job, protocol level: tagged messages through the C API between two processes"
+    printf '%-8s %22s %22s %24s\n' LOOM_TLS "8 B tag_lat (us, p50)" "64 KiB tag_lat (us)" "1 MiB tag_bw (MB/s)"
+    local tl
+    for tl in shm tcp; do
+        local lat8 lat64k bw1m
+        # -x sets LOOM_TLS in both processes; the device argument is not used at this level.
+        lat8=$(perf "$tl" all -t tag_lat -s 8 -n 100000 -w 1000 | awk '{print $3}')
+        lat64k=$(perf "$tl" all -t tag_lat -s 65536 -n 5000 -w 100 | awk '{print $3}')
+        bw1m=$(perf "$tl" all -t tag_bw -s 1048576 -n 1000 -w 20 -O 4 | awk '{print $7}')
+        printf '%-8s %22s %22s %24s\n' "$tl" "${lat8:-failed}" "${lat64k:-failed}" "${bw1m:-failed}"
+    done
+    echo "(eager below the rendezvous threshold, rendezvous above it: LOOM_PROTO_INFO=y shows the choice;"
+    echo " compare with UCX: python3 contrib/bench/compare_ucp.py, docs/performance.md)"
+    echo
     "$prefix/bin/loom_info" -v
 }
 
