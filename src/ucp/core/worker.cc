@@ -705,22 +705,25 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
     eps.push_back(*ep);
     ep_by_uuid.emplace(address.uuid, ep);  // keeps the first endpoint to that worker
     if (context.config().proto_info) {
-        const WorkerIface& am = ifaces[ep->lanes[ep->am_lane].iface];
-        std::string rndv = ep->rndv_lane == kNoLane
-                               ? std::string("AM pipeline on the AM lane")
-                               : "RDMA GET on " + ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.tl_name + "/" +
-                                     ifaces[ep->lanes[ep->rndv_lane].iface].rsc->tl.dev_name;
         // Asked for explicitly: printed whatever the log level.
-        std::string table = fmt::format(
-            "[loom] protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n"
-            "[loom]   {:>10} .. {:<10} eager short\n"
-            "[loom]   {:>10} .. {:<10} eager bcopy ({} B fragments)\n"
-            "[loom]   {:>10} .. {:<10} rendezvous, {}\n",
-            address.uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name, 0, ep->max_short, ep->max_short + 1,
-            ep->rndv_thresh - 1, ep->max_bcopy, ep->rndv_thresh, "inf", rndv);
-        std::fputs(table.c_str(), stderr);
+        std::fputs(describe_protocols(*ep, "[loom] ").c_str(), stderr);
     }
     return ep;
+}
+
+std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
+    const WorkerIface& am = ifaces[ep.lanes[ep.am_lane].iface];
+    std::string rndv = ep.rndv_lane == kNoLane
+                           ? std::string("AM pipeline on the AM lane")
+                           : "RDMA GET on " + ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.tl_name + "/" +
+                                 ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.dev_name;
+    std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
+                                  ep.remote_uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name);
+    if (ep.max_short > 0) out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, ep.max_short);
+    out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix,
+                       ep.max_short > 0 ? ep.max_short + 1 : 0, ep.rndv_thresh - 1, ep.max_bcopy);
+    out += fmt::format("{}  {:>10} .. {:<10} rendezvous, {}\n", prefix, ep.rndv_thresh, "inf", rndv);
+    return out;
 }
 
 namespace {

@@ -130,6 +130,9 @@ public:
     /** Creates an endpoint to @p address; see Ep. */
     Result<Ep*> ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set);
 
+    /** The size ranges of @p ep's protocols and their lanes, one line each after @p prefix. */
+    std::string describe_protocols(const Ep& ep, const char* prefix) const;
+
     /** Tells the peer of @p ep who we are, so it can reply (sync acknowledgements, rendezvous). */
     Status send_wireup(Ep* ep);
 
