@@ -32,6 +32,7 @@ trs="$outdir/gtest-uct-rdma.trs"
 vm_dir=${LOOM_RDMA_VM:-$(cd "$top/.." && pwd)/shared/rdma-vm}
 vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1200}   # seconds for the whole suite inside the VM (TCG is slow)
 gtest="$build/test/gtest/gtest-uct"
+gtest_ucp="$build/test/gtest/gtest-ucp"
 module_dir="$build/src/uct/ib/.libs"
 info="$build/tools/info/loom_info"
 # The generic uct suites over every rc resource, the verbs-specific suites, the device facts.
@@ -70,10 +71,22 @@ if [ ! -f "$module_dir/libloom_uct_ib.so" ]; then
     not_tested "the ib module was not built (rdma-core headers missing at configure time? see $build/configure.out)"
 fi
 [ -x "$gtest" ] || failed "$gtest is missing (run make check first)"
+[ -x "$gtest_ucp" ] || failed "$gtest_ucp is missing (run make check first)"
 
+# Then the protocol layer's suites over rc (the Verbs/* instances), once per device kind:
+# the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
+# shellcheck disable=SC2016
+suite_script='
+    "$1" -d 2>&1
+    "$2" --gtest_filter="$3"; rc=$?
+    devices=${LOOMTEST_UCP_DEVICES:-$(ls /sys/class/infiniband 2>/dev/null | sort | awk "{d=\$1; sub(/[0-9]+\$/, \"\", d); if (!(d in seen)) {seen[d]=1; print \$1\":1\"}}")}
+    for dev in $devices; do
+        echo "== protocol layer (gtest-ucp Verbs/*) over rc on $dev"
+        LOOMTEST_UCP_VERBS=1 LOOM_NET_DEVICES=$dev "$4" --gtest_filter="Verbs/*" || rc=1
+    done
+    exit $rc'
 suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
-           bash -c '"$1" -d 2>&1; shift; exec "$@"' _ "$info"
-           "$gtest" --gtest_filter="$filter")
+           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp")
 
 case $build in
     */sanitize) label="the AddressSanitizer+UBSan build" ;;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <random>
 
@@ -45,6 +47,24 @@ Request* RequestTable::take(std::uint64_t wire_id) {
 
 // --- worker ------------------------------------------------------------------------------
 
+namespace {
+
+/**
+ * rc connects either endpoint to endpoint (verbs: QP addresses exchanged by the layer
+ * above) or through rdma_cm (the iface listens on its IP address). The protocol layer
+ * does not wire up endpoint-to-endpoint lanes yet, so, unless LOOM_IB_CM says otherwise,
+ * its rc ifaces connect through rdma_cm, the usual way on RoCE and the only one on iWARP
+ * (docs/protocols.md). An explicit LOOM_IB_CM=verbs leaves rc out of the protocol layer,
+ * with the reason in the log.
+ */
+ucs::config::Overrides rc_overrides() {
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (cm != nullptr && std::string_view(cm) != "auto") return {};
+    return {{"IB_CM", "rdmacm"}};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Worker>> Worker::create(Context& ctx, const WorkerParams& params) {
     // Multi: the protocol layer serializes every call with its own lock, so the
     // transports below only ever see one thread at a time.
@@ -75,7 +95,9 @@ Status Worker::init() {
     if (Status s = small_desc_pool.init(std::move(dp)); s != Status::ok) return s;
 
     for (const ContextResource& rsc : context.resources()) {
-        auto iface = rsc.md->iface_open(rsc.tl, &uct_worker, {});
+        uct::IfaceParams iface_params;
+        if (rsc.tl.tl_name == "rc") iface_params.config_overrides = rc_overrides();
+        auto iface = rsc.md->iface_open(rsc.tl, &uct_worker, iface_params);
         if (!iface) {
             LOOM_LOG_WARN("ucp: cannot open {} on {}: {}; going on without it", rsc.tl.tl_name, rsc.tl.dev_name,
                           to_string(iface.status()));

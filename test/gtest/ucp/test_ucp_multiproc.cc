@@ -209,4 +209,13 @@ TEST_P(UcpMultiProcTest, PeerKilledMidRendezvous) {
 INSTANTIATE_TEST_SUITE_P(Tls, UcpMultiProcTest, testing::Values("shm", "tcp"),
                          [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
+/** rc where test/rdma/run_rdma_tests.sh runs the suite on RDMA devices (LOOMTEST_UCP_VERBS=1). */
+std::vector<const char*> verbs_tls() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    return {"rc"};
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpMultiProcTest, testing::ValuesIn(verbs_tls()),
+                         [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
 }  // namespace

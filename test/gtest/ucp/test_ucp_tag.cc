@@ -472,4 +472,16 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
                                          TlSet{"tcp", "tcp", false}),
                          [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
 
+/**
+ * rc, on the device LOOM_NET_DEVICES names: only where test/rdma/run_rdma_tests.sh runs
+ * the suite on RDMA devices (LOOMTEST_UCP_VERBS=1, in the RDMA VM on rxe and siw).
+ */
+std::vector<TlSet> verbs_sets() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    return {TlSet{"rc", "rc", false}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(verbs_sets()),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
 }  // namespace
