@@ -5,6 +5,7 @@
  */
 #include "loom/ucp.h"
 
+#include "ucp/core/listener.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
@@ -22,6 +23,9 @@ struct loom_context {
 };
 struct loom_worker {
     std::unique_ptr<Worker> impl;
+};
+struct loom_listener {
+    std::unique_ptr<Listener> impl;
 };
 
 static_assert(sizeof(loom_dt_iov_t) == sizeof(DtIov));
@@ -46,6 +50,9 @@ loom_status_t guarded(F&& f) {
         return LOOM_ERR_IO_ERROR;
     }
 }
+
+/** How long a client's loom_ep_create waits for the server's answer. */
+constexpr int kConnectTimeoutMs = 10000;
 
 std::uint32_t attr(const loom_request_param_t* p) { return p ? p->op_attr_mask : 0; }
 
@@ -283,17 +290,38 @@ void loom_request_cancel(loom_worker_h worker, void* request) {
 
 loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* params, loom_ep_h* ep) {
     if (worker == nullptr || params == nullptr || ep == nullptr) return LOOM_ERR_INVALID_PARAM;
-    if (!(params->field_mask & LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS) || params->address == nullptr) {
-        LOOM_LOG_ERROR("ucp: loom_ep_create needs the peer's worker address (LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS)");
+    const std::uint64_t how = params->field_mask & (LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_SOCK_ADDR |
+                                                    LOOM_EP_PARAM_FIELD_CONN_REQUEST);
+    if (how == 0 || (how & (how - 1)) != 0) {
+        LOOM_LOG_ERROR("ucp: loom_ep_create needs exactly one of a worker address, a socket address or a "
+                       "connection request");
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    if ((how == LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS && params->address == nullptr) ||
+        (how == LOOM_EP_PARAM_FIELD_SOCK_ADDR && params->sockaddr.addr == nullptr) ||
+        (how == LOOM_EP_PARAM_FIELD_CONN_REQUEST && params->conn_request == nullptr)) {
+        LOOM_LOG_ERROR("ucp: loom_ep_create: the peer's address (or request) is NULL");
         return LOOM_ERR_INVALID_PARAM;
     }
     return guarded([&] {
         Worker& w = *W(worker);
         WorkerGuard guard(w);
-        // The address says its own length; read the header first to learn it.
-        std::uint32_t total = 0;
-        std::memcpy(&total, static_cast<const std::uint8_t*>(params->address) + 4, sizeof(total));
-        auto address = Worker::unpack_address(params->address, total);
+        Result<UnpackedAddress> address = Status::invalid_address;
+        auto* request = reinterpret_cast<ConnRequest*>(params->conn_request);
+        if (how == LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS) {
+            // The address says its own length; read the header first to learn it.
+            std::uint32_t total = 0;
+            std::memcpy(&total, static_cast<const std::uint8_t*>(params->address) + 4, sizeof(total));
+            address = Worker::unpack_address(params->address, total);
+        } else if (how == LOOM_EP_PARAM_FIELD_SOCK_ADDR) {
+            auto peer = cm_client_exchange(w, params->sockaddr.addr, params->sockaddr.addrlen, w.pack_address(),
+                                           kConnectTimeoutMs);
+            if (!peer) return C(peer.status());
+            address = Worker::unpack_address(peer->data(), peer->size());
+        } else {
+            address = Worker::unpack_address(request->address.data(), request->address.size());
+            if (!address) Listener::reject(request);
+        }
         if (!address) return C(address.status());
         const bool peer_mode = (params->field_mask & LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE) &&
                                params->err_mode == LOOM_ERR_HANDLING_MODE_PEER;
@@ -304,9 +332,20 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
             e->flags &= ~kEpInternal;
         } else {
             auto created = w.ep_create(*address, false, 0);
-            if (!created) return C(created.status());
+            if (!created) {
+                if (request != nullptr) Listener::reject(request);
+                return C(created.status());
+            }
             e = *created;
             if (Status s = w.send_wireup(e); s != Status::ok) {
+                w.ep_destroy(e, Status::canceled);
+                if (request != nullptr) Listener::reject(request);
+                return C(s);
+            }
+        }
+        if (request != nullptr) {
+            // The client creates its endpoint from our address once it has this answer.
+            if (Status s = Listener::accept(request, w.pack_address()); s != Status::ok) {
                 w.ep_destroy(e, Status::canceled);
                 return C(s);
             }
@@ -320,6 +359,49 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
         *ep = H(e);
         return LOOM_OK;
     });
+}
+
+loom_status_t loom_listener_create(loom_worker_h worker, const loom_listener_params_t* params,
+                                   loom_listener_h* listener) {
+    if (worker == nullptr || params == nullptr || listener == nullptr ||
+        !(params->field_mask & LOOM_LISTENER_PARAM_FIELD_SOCK_ADDR) ||
+        !(params->field_mask & LOOM_LISTENER_PARAM_FIELD_CONN_HANDLER) || params->conn_handler.cb == nullptr) {
+        LOOM_LOG_ERROR("ucp: loom_listener_create needs a socket address and a connection handler");
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    return guarded([&] {
+        WorkerGuard guard(*W(worker));
+        auto l = Listener::create(*W(worker), params->sockaddr.addr, params->sockaddr.addrlen,
+                                  reinterpret_cast<ConnHandler>(params->conn_handler.cb), params->conn_handler.arg);
+        if (!l) return C(l.status());
+        *listener = new loom_listener{std::move(*l)};
+        return LOOM_OK;
+    });
+}
+
+void loom_listener_destroy(loom_listener_h listener) {
+    if (listener == nullptr) return;
+    WorkerGuard guard(listener->impl->worker());
+    delete listener;
+}
+
+loom_status_t loom_listener_query(loom_listener_h listener, struct sockaddr_storage* address) {
+    if (listener == nullptr || address == nullptr) return LOOM_ERR_INVALID_PARAM;
+    *address = listener->impl->address();
+    return LOOM_OK;
+}
+
+loom_status_t loom_conn_request_query(loom_conn_request_h request, struct sockaddr_storage* client_address) {
+    if (request == nullptr || client_address == nullptr) return LOOM_ERR_INVALID_PARAM;
+    *client_address = reinterpret_cast<ConnRequest*>(request)->client;
+    return LOOM_OK;
+}
+
+loom_status_t loom_listener_reject(loom_listener_h listener, loom_conn_request_h request) {
+    if (listener == nullptr || request == nullptr) return LOOM_ERR_INVALID_PARAM;
+    WorkerGuard guard(listener->impl->worker());
+    Listener::reject(reinterpret_cast<ConnRequest*>(request));
+    return LOOM_OK;
 }
 
 /** Starts a flush (and close) request; completes at once when nothing is outstanding. */

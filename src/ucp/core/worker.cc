@@ -1,5 +1,6 @@
 #include "ucp/core/worker.h"
 
+#include "ucp/core/listener.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
 
@@ -200,6 +201,28 @@ Status Worker::wait() {
         return Status::io_error;
     }
     return Status::ok;
+}
+
+void Worker::watch_fd(int fd) {
+    if (epoll_fd_ < 0) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        LOOM_LOG_WARN("ucp: a sleeping worker will not wake for socket {}: {}", fd, std::strerror(errno));
+    }
+}
+
+unsigned Worker::cm_progress(unsigned busy) {
+    if (busy != 0 && --cm_countdown_ != 0) return 0;
+    cm_countdown_ = 64;
+    unsigned n = 0;
+    // A handler may destroy a listener (or make one): walk a copy, skipping the gone.
+    std::vector<Listener*> current = listeners;
+    for (Listener* l : current) {
+        if (std::find(listeners.begin(), listeners.end(), l) != listeners.end()) n += l->progress();
+    }
+    return n;
 }
 
 Status Worker::signal() {

@@ -26,6 +26,8 @@
 
 namespace loom::ucp {
 
+class Listener;
+
 /** One iface of a worker. */
 struct WorkerIface {
     std::unique_ptr<uct::Iface> iface;
@@ -106,6 +108,7 @@ public:
     unsigned progress() {
         unsigned n = uct_worker.progress();
         if (LOOM_UNLIKELY(!flush_waiters.empty())) n += check_flushes();
+        if (LOOM_UNLIKELY(!listeners.empty())) n += cm_progress(n);
         return n;
     }
 
@@ -163,6 +166,8 @@ public:
     Status wait();
     /** Wakes a thread in wait() or asleep on event_fd(); any thread, any time. */
     Status signal();
+    /** With wake-up: makes @p fd (a listener's socket) wake the worker when readable. */
+    void watch_fd(int fd);
 
     // --- requests
     /** A request from the pool, flags cleared; nullptr when memory is exhausted. */
@@ -196,6 +201,8 @@ public:
     std::recursive_mutex mt_lock;
     /** Threads asleep in wait(): a completion by another thread must wake them (multi). */
     std::atomic<std::uint32_t> sleepers{0};
+    /** Client/server listeners of this worker (listener.h); served from progress. */
+    std::vector<Listener*> listeners;
 
     static constexpr std::size_t kSmallDescData = 512;
 
@@ -204,6 +211,12 @@ private:
     unsigned check_flushes();
     /** With LOOM_FEATURE_WAKEUP: the epoll set of the ifaces' fds and the signal fd. */
     Status init_wakeup();
+    /**
+     * Serves the listeners: every call when the transports had nothing to do (@p busy is
+     * 0), else every 64th, so a listening server pays no system call per busy progress.
+     */
+    unsigned cm_progress(unsigned busy);
+    unsigned cm_countdown_ = 1;
 
     int epoll_fd_ = -1;
     ucs::EventFd wake_signal_;
