@@ -654,7 +654,10 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
                 why += " " + ri.tl_name + ": connects endpoint to endpoint (not wired up yet);";
                 continue;
             }
-            if ((wi.attr.cap_flags & uct::kCapSelfOnly) && address.uuid != worker.uuid) continue;
+            if ((wi.attr.cap_flags & uct::kCapSelfOnly) && address.uuid != worker.uuid) {
+                why += " " + ri.tl_name + ": reaches only its own worker;";
+                continue;
+            }
             std::string reason;
             if (!wi.iface->is_reachable(ri.dev_addr.data(), ri.dev_addr.size(), ri.iface_addr.data(),
                                         ri.iface_addr.size(), &reason)) {

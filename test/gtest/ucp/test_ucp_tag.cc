@@ -3,6 +3,7 @@
  * worker talking to itself), shm and tcp (two workers in this process). Sizes cross
  * every protocol threshold; the data of every message is checked.
  */
+#include "common/test_helpers.h"
 #include "loom/ucp.h"
 
 #include <gtest/gtest.h>
@@ -465,6 +466,35 @@ TEST_P(UcpTagTest, CloseFlushesOrCancels) {
     EXPECT_EQ(LOOM_OK, wait(loom_ep_close_nbx(ep_, &p)));
     ep_ = nullptr;
     EXPECT_EQ(LOOM_ERR_CANCELED, wait(sreq));
+}
+
+TEST(UcpEndpoint, SelfCannotReachAnotherWorkerAndSaysSo) {
+    setenv("LOOM_TLS", "self", 1);
+    loom_params_t params{};
+    params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+    params.features = LOOM_FEATURE_TAG;
+    loom_context_h ctx = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx));
+    unsetenv("LOOM_TLS");
+    loom_worker_h a = nullptr, b = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_worker_create(ctx, nullptr, &a));
+    ASSERT_EQ(LOOM_OK, loom_worker_create(ctx, nullptr, &b));
+    void* addr;
+    size_t len;
+    ASSERT_EQ(LOOM_OK, loom_worker_get_address(b, &addr, &len));
+    loom_ep_params_t ep_params{};
+    ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = addr;
+    loom_ep_h ep = nullptr;
+    {
+        loom::test::LogCapture errors("error");
+        EXPECT_EQ(LOOM_ERR_UNREACHABLE, loom_ep_create(a, &ep_params, &ep));
+        EXPECT_EQ(1, errors.count("self: reaches only its own worker"));
+    }
+    loom_worker_release_address(b, addr);
+    loom_worker_destroy(b);
+    loom_worker_destroy(a);
+    loom_cleanup(ctx);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
