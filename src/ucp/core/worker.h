@@ -23,6 +23,9 @@
 
 namespace loom::ucp {
 
+class AmWorker;
+class StreamWorker;
+
 /** One iface of a worker. */
 struct WorkerIface {
     std::unique_ptr<uct::Iface> iface;
@@ -166,6 +169,8 @@ public:
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
     std::uint64_t next_msg_id = 1;
     std::uint32_t num_ifaces_with_progress = 0;
+    AmWorker* am = nullptr;          ///< active-message state (src/ucp/am), from am_register_handlers
+    StreamWorker* stream = nullptr;  ///< stream state (src/ucp/stream), from stream_register_handlers
 
     static constexpr std::size_t kSmallDescData = 512;
 
@@ -193,5 +198,25 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
 
 /** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
 void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
+
+// --- protocol entry points (src/ucp/am, src/ucp/stream) ------------------------------------
+
+/** Creates the worker's active-message state and registers its AM handlers on every iface. */
+Status am_register_handlers(Worker& worker);
+
+/** Releases what active messages still hold (kept data, pending rendezvous); before the ifaces go. */
+void am_cleanup(Worker& worker);
+
+/** Creates the worker's stream state and registers the stream AM handler on every iface. */
+Status stream_register_handlers(Worker& worker);
+
+/** Releases the stream state; before the ifaces go. */
+void stream_cleanup(Worker& worker);
+
+/** @p ep failed: its waiting stream receives complete with @p status (data already queued stays). */
+void stream_ep_failed(Worker& worker, Ep* ep, Status status);
+
+/** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
+void stream_ep_closed(Worker& worker, Ep* ep, Status status);
 
 }  // namespace loom::ucp
