@@ -447,13 +447,6 @@ std::size_t am_worker_max_header(const Worker& w) {
     return smallest > overhead && smallest != SIZE_MAX ? smallest - overhead : 0;
 }
 
-std::uint64_t am_hdr_word(unsigned id, std::uint8_t wire_flags, std::size_t header_length) {
-    AmHdr hdr{static_cast<std::uint16_t>(id), wire_flags, 0, static_cast<std::uint32_t>(header_length)};
-    std::uint64_t word;
-    std::memcpy(&word, &hdr, sizeof(word));
-    return word;
-}
-
 Status am_register_handlers(Worker& w) {
     auto* am = new (std::nothrow) AmWorker(w);
     if (am == nullptr) return Status::no_memory;

@@ -7,11 +7,13 @@
  */
 #pragma once
 
+#include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 #include "ucs/memory/mem_pool.h"
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -103,7 +105,12 @@ std::size_t am_max_header(const Ep* ep);
 std::size_t am_worker_max_header(const Worker& w);
 
 /** The 8-byte AmHdr of a message to @p id, as the header word of an am_short. */
-std::uint64_t am_hdr_word(unsigned id, std::uint8_t wire_flags, std::size_t header_length);
+inline std::uint64_t am_hdr_word(unsigned id, std::uint8_t wire_flags, std::size_t header_length) {
+    const AmHdr hdr{static_cast<std::uint16_t>(id), wire_flags, 0, static_cast<std::uint32_t>(header_length)};
+    std::uint64_t word;
+    std::memcpy(&word, &hdr, sizeof(word));
+    return word;
+}
 
 /** Sets (or with a null @p cb removes) the handler of @p id. no_memory, else ok. */
 Status am_set_handler(Worker& w, unsigned id, std::uint32_t flags, AmRecvCallback cb, void* arg);

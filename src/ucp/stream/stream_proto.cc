@@ -155,14 +155,18 @@ Status stream_data_handler(void* arg, void* data, std::size_t length, unsigned) 
         return Status::ok;
     }
     std::memcpy(&uuid, data, kHdrLen);
+    StreamWorker& sw = *w.stream;
     auto it = w.ep_by_uuid.find(uuid);
     if (LOOM_UNLIKELY(it == w.ep_by_uuid.end())) {
-        LOOM_LOG_WARN("ucp: dropped {} stream bytes from worker {:016x}, which has no endpoint here", length - kHdrLen,
-                      uuid);
+        // Once per sender: a peer streaming to a closed endpoint would flood the log.
+        if (sw.warned_uuids.insert(uuid).second) {
+            LOOM_LOG_WARN("ucp: dropped {} stream bytes from worker {:016x}, which has no endpoint here (further "
+                          "ones are dropped silently)",
+                          length - kHdrLen, uuid);
+        }
         return Status::ok;
     }
     if (length == kHdrLen) return Status::ok;
-    StreamWorker& sw = *w.stream;
     StreamEp* s = get_ep(sw, it->second);
     if (s == nullptr) return Status::ok;
     deliver(w, sw, *s, static_cast<const std::uint8_t*>(data) + kHdrLen, length - kHdrLen);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace loom::ucp {
 
@@ -55,6 +56,7 @@ public:
     ucs::List<StreamEp, &StreamEp::ready_link> ready;            ///< with new data, for worker_poll
     std::unordered_map<void*, StreamDesc*> handed_out;           ///< by loom_stream_recv_data_nb
     ucs::MemPool pool;                                           ///< descriptors up to kSmallData bytes
+    std::unordered_set<std::uint64_t> warned_uuids;              ///< senders without an endpoint, reported
 
     static constexpr std::size_t kSmallData = 512;
 };
