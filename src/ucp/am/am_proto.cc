@@ -326,7 +326,7 @@ Status am_rts_handler(void* arg, void* data, std::size_t length, unsigned) {
         free_rndv_desc(am, desc);
     } else if (st != static_cast<int>(Status::in_progress)) {
         // Not fetched: the data is dropped and the sender completes with the handler's word.
-        rndv_ack(w, hdr.rts, static_cast<Status>(st));
+        rndv_ack(w, hdr.rts, st < 0 ? static_cast<Status>(st) : Status::ok);
         free_rndv_desc(am, desc);
     }
     return Status::ok;
