@@ -6,8 +6,8 @@ ucp test options between two processes on this host, alternating Loom and UCX fo
 every repeat so drift on the machine hits both, and prints one markdown table: the
 median of each side and a ratio that is below 1 when Loom is better:
 
-    latency (tag_lat, one-way p50 and overall average, usec):  Loom / UCX
-    bandwidth (tag_bw, MB/s) and message rate (tag_bw, msg/s): UCX / Loom
+    latency (tag_lat, ucp_am_lat, stream_lat; one-way p50 and overall average, usec):  Loom / UCX
+    bandwidth (tag_bw, ucp_am_bw, stream_bw; MB/s) and message rate (msg/s):           UCX / Loom
 
 Transports are chosen as the applications do: LOOM_TLS for Loom, UCX_TLS for UCX
 (shm: LOOM_TLS=shm against UCX_TLS=shm, UCX's alias for posix, sysv and cma;
@@ -46,6 +46,15 @@ CASES = [
     ("tag_bw 1 MiB", "bw", f"-t tag_bw -s {MIB}", 1000, 50),
     ("tag_bw 4 MiB", "bw", f"-t tag_bw -s {4 * MIB}", 250, 20),
     ("tag_bw 8 B -O 64 (message rate)", "mr", "-t tag_bw -s 8 -O 64", 1000000, 10000),
+    # Active messages (no header: ucx_perftest's -H 0) and streams: the same names in both tools.
+    ("ucp_am_lat 8 B", "lat", "-t ucp_am_lat -s 8", 100000, 5000),
+    ("ucp_am_lat 64 KiB", "lat", f"-t ucp_am_lat -s {64 * KIB}", 10000, 500),
+    ("ucp_am_bw 1 MiB", "bw", f"-t ucp_am_bw -s {MIB}", 1000, 50),
+    ("ucp_am_bw 8 B -O 64 (message rate)", "mr", "-t ucp_am_bw -s 8 -O 64", 1000000, 10000),
+    ("stream_lat 8 B", "lat", "-t stream_lat -s 8", 100000, 5000),
+    ("stream_lat 64 KiB", "lat", f"-t stream_lat -s {64 * KIB}", 10000, 500),
+    ("stream_bw 1 MiB", "bw", f"-t stream_bw -s {MIB}", 1000, 50),
+    ("stream_bw 8 B -O 64 (message rate)", "mr", "-t stream_bw -s 8 -O 64", 1000000, 10000),
 ]
 
 

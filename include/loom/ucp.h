@@ -1,6 +1,7 @@
 /**
  * @file loom/ucp.h
- * The Loom protocol layer's C API: contexts, workers, endpoints and tagged messages.
+ * The Loom protocol layer's C API: contexts, workers, endpoints, tagged messages, active
+ * messages and streams.
  *
  * C99 and C++ compatible. Conventions, as in UCX's ucp.h:
  * - every parameter struct starts with a field mask saying which fields are set, so
@@ -25,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -283,6 +285,17 @@ typedef void (*loom_send_nbx_callback_t)(void* request, loom_status_t status, vo
 typedef void (*loom_tag_recv_nbx_callback_t)(void* request, loom_status_t status, const loom_tag_recv_info_t* info,
                                              void* user_data);
 
+/**
+ * Completion callback of loom_am_recv_data_nbx: @p length is the message's length in
+ * bytes (the full length also when it completes with LOOM_ERR_MESSAGE_TRUNCATED).
+ */
+typedef void (*loom_am_recv_data_nbx_callback_t)(void* request, loom_status_t status, size_t length,
+                                                 void* user_data);
+
+/** Completion callback of loom_stream_recv_nbx: @p length bytes were received (valid with LOOM_OK). */
+typedef void (*loom_stream_recv_nbx_callback_t)(void* request, loom_status_t status, size_t length,
+                                                void* user_data);
+
 enum {
     LOOM_OP_ATTR_FIELD_REQUEST = 1u << 0,  /**< request: caller's memory (see loom_context_attr_t.request_size) */
     LOOM_OP_ATTR_FIELD_CALLBACK = 1u << 1, /**< cb */
@@ -306,11 +319,14 @@ typedef struct {
     union {
         loom_send_nbx_callback_t send;
         loom_tag_recv_nbx_callback_t recv;
+        loom_am_recv_data_nbx_callback_t am;         /**< loom_am_recv_data_nbx */
+        loom_stream_recv_nbx_callback_t stream;      /**< loom_stream_recv_nbx */
     } cb;
     loom_datatype_t datatype; /**< default: bytes (loom_dt_make_contig(1)) */
     void* user_data;
     union {
         loom_tag_recv_info_t* tag_recv;
+        size_t* length; /**< loom_am_recv_data_nbx: the message's length, when it completes at once */
     } recv_info;
 } loom_request_param_t;
 
@@ -479,6 +495,194 @@ loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_
 /** Receives the message @p message removed by loom_tag_probe_nb. */
 loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size_t count,
                                         loom_tag_message_h message, const loom_request_param_t* param);
+
+/* --- active messages ------------------------------------------------------------------ */
+/*
+ * A message for a handler the receiving worker registered under an id (0 .. 65535):
+ * an optional header of the sender's, and data. Needs LOOM_FEATURE_AM. The protocol
+ * is chosen by the data's size as for tagged messages (docs/protocols.md): small ones
+ * arrive in place, large ones by rendezvous, where the handler gets a descriptor and
+ * fetches the data into a buffer of its choice with loom_am_recv_data_nbx. Messages
+ * sent on one endpoint reach their handlers in the order they were sent.
+ */
+
+/** Bits of loom_am_recv_param_t.recv_attr. */
+enum {
+    LOOM_AM_RECV_ATTR_FIELD_REPLY_EP = 1u << 0, /**< reply_ep is set (the sender asked for it) */
+    /**
+     * The data may outlive the callback: returning LOOM_INPROGRESS keeps it until
+     * loom_am_data_release. Without this flag the data is valid only during the callback.
+     */
+    LOOM_AM_RECV_ATTR_FLAG_DATA = 1u << 16,
+    /**
+     * Rendezvous: data is a descriptor, length the message's length. The handler fetches
+     * the data with loom_am_recv_data_nbx (during the callback or, after returning
+     * LOOM_INPROGRESS, later), or drops it with loom_am_data_release; returning anything
+     * else drops it and completes the send with that status (LOOM_OK for a plain drop).
+     */
+    LOOM_AM_RECV_ATTR_FLAG_RNDV = 1u << 17
+};
+
+/** What a handler learns besides the message. */
+typedef struct {
+    uint64_t recv_attr; /**< LOOM_AM_RECV_ATTR_* bits */
+    loom_ep_h reply_ep; /**< with LOOM_AM_RECV_ATTR_FIELD_REPLY_EP: an endpoint to the sending worker */
+} loom_am_recv_param_t;
+
+/**
+ * An active-message handler, run from loom_worker_progress (or from inside a send to
+ * the worker itself). @p header (valid during the call only) is the sender's header,
+ * @p data and @p length the data or, with LOOM_AM_RECV_ATTR_FLAG_RNDV, a descriptor and
+ * the length it describes. Returns LOOM_OK when done with the data, LOOM_INPROGRESS to
+ * keep it (LOOM_AM_RECV_ATTR_FLAG_DATA or _RNDV only).
+ */
+typedef loom_status_t (*loom_am_recv_callback_t)(void* arg, const void* header, size_t header_length, void* data,
+                                                 size_t length, const loom_am_recv_param_t* param);
+
+enum {
+    LOOM_AM_HANDLER_PARAM_FIELD_ID = 1u << 0,    /**< id (required) */
+    LOOM_AM_HANDLER_PARAM_FIELD_FLAGS = 1u << 1, /**< flags */
+    LOOM_AM_HANDLER_PARAM_FIELD_CB = 1u << 2,    /**< cb (required; NULL removes the handler) */
+    LOOM_AM_HANDLER_PARAM_FIELD_ARG = 1u << 3    /**< arg */
+};
+
+/** Handler flags. */
+enum {
+    LOOM_AM_FLAG_WHOLE_MSG = 1u << 0,      /**< one call per message (always the case in Loom) */
+    LOOM_AM_FLAG_PERSISTENT_DATA = 1u << 1 /**< eager data always comes with LOOM_AM_RECV_ATTR_FLAG_DATA
+                                                (copied out of the transport when it cannot lend it) */
+};
+
+/** An active-message handler registration. */
+typedef struct {
+    uint64_t field_mask; /**< LOOM_AM_HANDLER_PARAM_FIELD_* bits */
+    unsigned id;         /**< 0 .. 65535 */
+    uint32_t flags;      /**< LOOM_AM_FLAG_* bits */
+    loom_am_recv_callback_t cb;
+    void* arg;           /**< passed to cb */
+} loom_am_handler_param_t;
+
+/**
+ * Registers (or with a NULL cb removes) the handler of active-message id @p param->id,
+ * replacing any earlier one. Messages for an id without a handler are dropped, with one
+ * warning per id (a rendezvous sender completes with LOOM_ERR_NO_ELEM).
+ * LOOM_ERR_INVALID_PARAM (logged) for a missing id or cb field, an id above 65535,
+ * unknown flags or a context without LOOM_FEATURE_AM.
+ */
+loom_status_t loom_worker_set_am_recv_handler(loom_worker_h worker, const loom_am_handler_param_t* param);
+
+/** Flags of loom_am_send_nbx (in loom_request_param_t.flags, with LOOM_OP_ATTR_FIELD_FLAGS). */
+enum {
+    LOOM_AM_SEND_FLAG_REPLY = 1u << 0, /**< the handler gets a reply endpoint to this worker */
+    LOOM_AM_SEND_FLAG_EAGER = 1u << 1, /**< eager whatever the size */
+    LOOM_AM_SEND_FLAG_RNDV = 1u << 2   /**< rendezvous whatever the size */
+};
+
+/**
+ * Sends an active message to handler @p id of the peer: @p header_length bytes at
+ * @p header and @p count elements of the param's datatype at @p buffer. Both must stay
+ * untouched until the operation completes (at once when NULL is returned). The header
+ * travels in one transport message: loom_am_max_header says how long it may be.
+ * LOOM_ERR_INVALID_PARAM (logged) for an id above 65535, a NULL header of nonzero
+ * length, a header too long for the endpoint, conflicting or unknown flags, or a
+ * context without LOOM_FEATURE_AM.
+ */
+loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep, unsigned id, const void* header, size_t header_length,
+                                   const void* buffer, size_t count, const loom_request_param_t* param);
+
+/**
+ * The longest header loom_am_send_nbx takes on every endpoint of @p worker: the
+ * smallest message of its transports minus Loom's largest AM protocol header (7872
+ * bytes with shm or self; an endpoint over a transport with larger messages, such as
+ * tcp, takes longer ones). 0 for a NULL worker.
+ */
+size_t loom_am_max_header(loom_worker_h worker);
+
+/**
+ * Receives the data of @p data_desc, a rendezvous descriptor (LOOM_AM_RECV_ATTR_FLAG_RNDV)
+ * or data a handler was given (during its callback, or kept with LOOM_INPROGRESS), into
+ * @p count elements of the param's datatype at @p buffer. Loom owns the descriptor from
+ * then on, even when the call fails. A buffer shorter than the message completes with
+ * LOOM_ERR_MESSAGE_TRUNCATED (a rendezvous then moves nothing). When it completes at once
+ * the length goes to param->recv_info.length (with LOOM_OP_ATTR_FIELD_RECV_INFO); a
+ * request's callback is cb.am. LOOM_ERR_INVALID_PARAM (logged) for anything else.
+ */
+loom_status_ptr_t loom_am_recv_data_nbx(loom_worker_h worker, void* data_desc, void* buffer, size_t count,
+                                        const loom_request_param_t* param);
+
+/**
+ * Releases data a handler kept by returning LOOM_INPROGRESS; for a rendezvous descriptor,
+ * drops the message (its send completes with LOOM_OK). Unknown pointers are ignored with
+ * one warning.
+ */
+void loom_am_data_release(loom_worker_h worker, void* data);
+
+/* --- streams -------------------------------------------------------------------------- */
+/*
+ * A byte stream in each direction of an endpoint (LOOM_FEATURE_STREAM): bytes arrive in
+ * the order they were sent, without message boundaries; what arrives before a receive
+ * asks for it waits in the endpoint's queue. The stream of an endpoint is the one
+ * between its two workers: a worker's endpoints to two different workers never mix
+ * bytes.
+ */
+
+/** Flags of loom_stream_recv_nbx (in loom_request_param_t.flags, with LOOM_OP_ATTR_FIELD_FLAGS). */
+enum {
+    LOOM_STREAM_RECV_FLAG_WAITALL = 1u << 0 /**< complete only once all @p count elements arrived */
+};
+
+/** An endpoint loom_stream_worker_poll found with data. */
+typedef struct {
+    loom_ep_h ep;
+    void* user_data; /**< the endpoint's user_data (loom_ep_params_t) */
+    unsigned flags;  /**< reserved */
+    uint8_t reserved[16];
+} loom_stream_poll_ep_t;
+
+/**
+ * Appends @p count elements of the param's datatype at @p buffer to the stream of
+ * @p ep. The buffer may be reused once the operation completes (at once when NULL is
+ * returned). LOOM_ERR_INVALID_PARAM (logged) for a NULL endpoint or a context without
+ * LOOM_FEATURE_STREAM.
+ */
+loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep, const void* buffer, size_t count,
+                                       const loom_request_param_t* param);
+
+/**
+ * Receives up to @p count elements of the param's contiguous or iov datatype from the
+ * stream of @p ep: completes as soon as at least one whole element arrived (only whole
+ * elements are taken), or with LOOM_STREAM_RECV_FLAG_WAITALL once all of them did.
+ * Receives of one endpoint complete in the order they were posted. When it completes
+ * at once (NULL), *@p length holds the bytes received; a request reports them to
+ * cb.stream and loom_stream_recv_request_test. A failed endpoint still hands out the
+ * bytes that arrived before its failure, then the error. LOOM_ERR_INVALID_PARAM
+ * (logged) for a NULL endpoint or length, a generic datatype, unknown flags, or a
+ * context without LOOM_FEATURE_STREAM.
+ */
+loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep, void* buffer, size_t count, size_t* length,
+                                       const loom_request_param_t* param);
+
+/** loom_request_check_status for a stream receive, filling @p length once it completed with LOOM_OK. */
+loom_status_t loom_stream_recv_request_test(void* request, size_t* length);
+
+/**
+ * Fills up to @p max_eps entries of @p poll_eps with endpoints whose stream received
+ * data since they were last reported, and returns how many (or a negative status:
+ * LOOM_ERR_INVALID_PARAM). An endpoint is reported again once more data arrives.
+ * @p flags is reserved (0).
+ */
+ssize_t loom_stream_worker_poll(loom_worker_h worker, loom_stream_poll_ep_t* poll_eps, size_t max_eps,
+                                unsigned flags);
+
+/**
+ * Takes the next piece of data waiting in the stream of @p ep without copying it:
+ * returns a pointer to *@p length bytes, to be given back with loom_stream_data_release,
+ * or NULL when nothing waits (or a receive is posted), or an error status.
+ */
+loom_status_ptr_t loom_stream_recv_data_nb(loom_ep_h ep, size_t* length);
+
+/** Releases data from loom_stream_recv_data_nb. */
+void loom_stream_data_release(loom_ep_h ep, void* data);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,10 @@ const char* test_name(TestKind kind) {
     case TestKind::tag_lat: return "tag_lat";
     case TestKind::tag_sync_lat: return "tag_sync_lat";
     case TestKind::tag_bw: return "tag_bw";
+    case TestKind::ucp_am_lat: return "ucp_am_lat";
+    case TestKind::ucp_am_bw: return "ucp_am_bw";
+    case TestKind::stream_lat: return "stream_lat";
+    case TestKind::stream_bw: return "stream_bw";
     }
     return "?";
 }

@@ -5,7 +5,8 @@
  *   server:  loom_perftest [-p PORT] [-x TL -d DEV]
  *   client:  loom_perftest SERVER_HOST -t am_lat -x shm -d memory -s 8 -n 100000
  *   one process (loopback): loom_perftest -l -t am_lat -x self -d memory
- *   protocol layer (tag_lat, tag_sync_lat, tag_bw): LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
+ *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw):
+ *            LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *
  * The client sends its parameters to the server over an out-of-band TCP connection
  * (the same socket then carries addresses and barriers), both open the transport,
@@ -27,18 +28,22 @@ namespace loom::perftest {
 enum class TestKind : std::uint8_t {
     am_lat, am_bw, put_lat, put_bw, get_lat, get_bw,  // uct level: one transport, -x and -d
     tag_lat, tag_sync_lat, tag_bw,                     // ucp level: the C API, LOOM_TLS
+    ucp_am_lat, ucp_am_bw, stream_lat, stream_bw,      // ucp level: active messages, streams
 };
-inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::tag_bw);
+inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::stream_bw);
 
 /** True for the protocol-layer tests (run by run_ucp_test). */
 constexpr bool is_ucp_test(TestKind kind) {
-    return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw;
+    return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw ||
+           kind == TestKind::ucp_am_lat || kind == TestKind::ucp_am_bw || kind == TestKind::stream_lat ||
+           kind == TestKind::stream_bw;
 }
 
 /** True for ping-pong tests, which report one-way latency (round trip / 2). */
 constexpr bool is_latency_test(TestKind kind) {
     return kind == TestKind::am_lat || kind == TestKind::put_lat || kind == TestKind::get_lat ||
-           kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat;
+           kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::ucp_am_lat ||
+           kind == TestKind::stream_lat;
 }
 
 /** How the sender hands data to the transport (-D). */
@@ -154,7 +159,8 @@ enum class Role : std::uint8_t { server, client, loopback };
 Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
 
 /**
- * Runs a protocol-layer test (tag_lat, tag_sync_lat, tag_bw) through the public C API
+ * Runs a protocol-layer test (tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, ucp_am_bw,
+ * stream_lat, stream_bw) through the public C API
  * (include/loom/ucp.h) only. Transports come from LOOM_TLS; a non-empty params.tl
  * (the client's -x) replaces it in both processes. Prints one line on stderr for any
  * failure (the caller need not add one); waits give up after 60 s without progress.

@@ -8,6 +8,15 @@
  *                 many receives posted and acknowledges the last message, and the
  *                 client's clock stops at that acknowledgement, so the time covers
  *                 delivery.
+ *   ucp_am_lat    ping-pong of active messages (no header, ucx_perftest's -H 0); the
+ *                 handler uses eager data in place and fetches rendezvous data into a
+ *                 buffer, as ucx_perftest's does; a message counts once its data is in
+ *   ucp_am_bw     the client sends active messages with up to -O in flight; the server
+ *                 answers the last one with an acknowledgement, as for tag_bw
+ *   stream_lat    ping-pong on the endpoint's stream: -s bytes each way, received whole
+ *                 (LOOM_STREAM_RECV_FLAG_WAITALL)
+ *   stream_bw     the client streams -s byte sends with up to -O in flight; the server
+ *                 keeps as many whole-message receives posted and acknowledges the end
  *
  * Only the public C API (include/loom/ucp.h) is used: this is what an MPI library sees.
  * Transports come from LOOM_TLS, as UCX_TLS for ucx_perftest; the client's -x, when
@@ -92,6 +101,10 @@ public:
         loom_params_t cp{};
         cp.field_mask = LOOM_PARAM_FIELD_FEATURES | LOOM_PARAM_FIELD_NAME;
         cp.features = LOOM_FEATURE_TAG;
+        if (params_.test == TestKind::ucp_am_lat || params_.test == TestKind::ucp_am_bw) cp.features = LOOM_FEATURE_AM;
+        if (params_.test == TestKind::stream_lat || params_.test == TestKind::stream_bw) {
+            cp.features = LOOM_FEATURE_STREAM;
+        }
         cp.name = "loom_perftest";
         if (loom_status_t s = loom_init(&cp, &context_); s != LOOM_OK) return fail(params_, "loom_init", s);
         loom_worker_params_t wp{};
@@ -191,6 +204,9 @@ public:
     loom_status_ptr_t recv(void* buffer, std::size_t length, loom_tag_t tag) {
         return loom_tag_recv_nbx(worker_, buffer, length, tag, kFullMask, nullptr);
     }
+
+    loom_worker_h worker() const { return worker_; }
+    loom_ep_h ep() const { return ep_; }
 
     /** Closes the endpoint after flushing it. */
     Status close() {
@@ -486,7 +502,13 @@ Status run_bw_server(Ucp& ucp, const Params& params) {
     return Status::ok;
 }
 
+Status run_am_stream(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report);
+
 Status run(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report) {
+    if (params.test == TestKind::ucp_am_lat || params.test == TestKind::ucp_am_bw ||
+        params.test == TestKind::stream_lat || params.test == TestKind::stream_bw) {
+        return run_am_stream(ucp, params, role, out, report);
+    }
     const bool bw = params.test == TestKind::tag_bw;
     if (role == Role::server) return bw ? run_bw_server(ucp, params) : run_latency_server(ucp, params);
     print_header(out, params);
@@ -494,6 +516,364 @@ Status run(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, 
     return bw ? run_bw_client(ucp, params, loopback, out, report)
               : run_latency_client(ucp, params, loopback, out, report);
 }
+
+// --- active messages and streams ---------------------------------------------------------
+
+constexpr unsigned kAmPing = 0x37;  ///< client -> server data
+constexpr unsigned kAmPong = 0x38;  ///< server -> client (ucp_am_lat)
+constexpr unsigned kAmAck = 0x39;   ///< server -> client: ucp_am_bw received everything
+
+/**
+ * The handler of one active-message id: counts messages whose data is in. Eager data is
+ * used in place; rendezvous data is fetched into @p buffer, counted when it arrived
+ * (ucx_perftest's handler does the same).
+ */
+struct AmCounter {
+    loom_worker_h worker = nullptr;
+    std::uint8_t* buffer = nullptr;
+    std::size_t size = 0;
+    std::uint64_t arrived = 0;
+    loom_status_t error = LOOM_OK;
+
+    static loom_status_t cb(void* arg, const void*, size_t, void* data, size_t length,
+                            const loom_am_recv_param_t* param) {
+        auto* self = static_cast<AmCounter*>(arg);
+        if (!(param->recv_attr & LOOM_AM_RECV_ATTR_FLAG_RNDV)) {
+            ++self->arrived;
+            return LOOM_OK;
+        }
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_CALLBACK | LOOM_OP_ATTR_FIELD_USER_DATA;
+        p.cb.am = [](void* request, loom_status_t status, size_t, void* user_data) {
+            auto* counter = static_cast<AmCounter*>(user_data);
+            if (status == LOOM_OK) {
+                ++counter->arrived;
+            } else {
+                counter->error = status;
+            }
+            loom_request_free(request);
+        };
+        p.user_data = self;
+        loom_status_ptr_t r =
+            loom_am_recv_data_nbx(self->worker, data, self->buffer, length < self->size ? length : self->size, &p);
+        if (r == nullptr) {
+            ++self->arrived;
+        } else if (LOOM_PTR_IS_ERR(r)) {
+            self->error = LOOM_PTR_STATUS(r);
+        }
+        return LOOM_OK;
+    }
+
+    Status attach(const Params& params, loom_worker_h w, unsigned id) {
+        worker = w;
+        loom_am_handler_param_t hp{};
+        hp.field_mask = LOOM_AM_HANDLER_PARAM_FIELD_ID | LOOM_AM_HANDLER_PARAM_FIELD_CB | LOOM_AM_HANDLER_PARAM_FIELD_ARG;
+        hp.id = id;
+        hp.cb = cb;
+        hp.arg = this;
+        if (loom_status_t s = loom_worker_set_am_recv_handler(w, &hp); s != LOOM_OK) {
+            return fail(params, "loom_worker_set_am_recv_handler", s);
+        }
+        return Status::ok;
+    }
+};
+
+/** The operations of the ucp_am_* and stream_* tests on one endpoint. */
+class Ops {
+public:
+    Ops(Ucp& ucp, const Params& params)
+        : ucp_(ucp), am_(params.test == TestKind::ucp_am_lat || params.test == TestKind::ucp_am_bw) {
+        waitall_.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+        waitall_.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+    }
+
+    bool am() const { return am_; }
+    const char* send_name() const { return am_ ? "loom_am_send_nbx" : "loom_stream_send_nbx"; }
+
+    /** Sends @p length bytes: an active message to @p id, or stream bytes. */
+    loom_status_ptr_t send(unsigned id, const void* buffer, std::size_t length) {
+        return am_ ? loom_am_send_nbx(ucp_.ep(), id, nullptr, 0, buffer, length, nullptr)
+                   : loom_stream_send_nbx(ucp_.ep(), buffer, length, nullptr);
+    }
+
+    /** Streams: receives exactly @p length bytes. */
+    loom_status_ptr_t recv(void* buffer, std::size_t length) {
+        return loom_stream_recv_nbx(ucp_.ep(), buffer, length, &length_, &waitall_);
+    }
+
+private:
+    Ucp& ucp_;
+    bool am_;
+    loom_request_param_t waitall_{};
+    std::size_t length_ = 0;
+};
+
+/** Waits until @p counter counted more than @p n messages (or failed). */
+template <typename Hook>
+loom_status_t wait_count(Ucp& ucp, const AmCounter& counter, std::uint64_t n, Hook hook) {
+    loom_status_t s = ucp.progress_until([&] { return counter.arrived > n || counter.error != LOOM_OK; }, hook);
+    return s != LOOM_OK ? s : counter.error;
+}
+
+/** ucp_am_lat and stream_lat: @p total ping-pongs, the last params.iters measured. */
+Status run_am_stream_latency(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report) {
+    const std::uint64_t total = params.warmup + params.iters;
+    const bool loopback = role == Role::loopback;
+    Ops ops(ucp, params);
+    Buffer sbuf(params.size), rbuf(params.size), peer_sbuf(params.size), peer_rbuf(params.size);
+    if (!sbuf.data || !rbuf.data || !peer_sbuf.data || !peer_rbuf.data) return fail(params, "malloc", LOOM_ERR_NO_MEMORY);
+    AmCounter pong{nullptr, rbuf.data, params.size}, ping{nullptr, peer_rbuf.data, params.size};
+    if (ops.am()) {
+        if (role != Role::server) {
+            if (Status s = pong.attach(params, ucp.worker(), kAmPong); s != Status::ok) return s;
+        }
+        if (role != Role::client) {
+            if (Status s = ping.attach(params, ucp.worker(), kAmPing); s != Status::ok) return s;
+        }
+    }
+    auto none = [] { return LOOM_OK; };
+    // The server's half: the ping is in (counted, or received whole), the pong leaves.
+    auto answer = [&](std::uint64_t i) -> Status {
+        loom_status_t s = ops.am() ? wait_count(ucp, ping, i, none) : ucp.wait(ops.recv(peer_rbuf.data, params.size));
+        if (s != LOOM_OK) return fail_wait(params, "receive of the ping", s);
+        if (s = ucp.wait(ops.send(kAmPong, peer_sbuf.data, params.size)); s != LOOM_OK) {
+            return fail_wait(params, ops.send_name(), s);
+        }
+        return Status::ok;
+    };
+    if (role == Role::server) {
+        for (std::uint64_t i = 0; i < total; ++i) {
+            if (Status s = answer(i); s != Status::ok) return s;
+        }
+        return Status::ok;
+    }
+    std::unique_ptr<Meter> meter;
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, true);
+        ucs::Ticks t0 = ucs::get_time();
+        // A stream receive of the pong is posted first, except in loopback, where the one
+        // stream of the endpoint carries the ping too.
+        loom_status_ptr_t r = nullptr;
+        if (!ops.am() && !loopback) r = ops.recv(rbuf.data, params.size);
+        if (LOOM_PTR_IS_ERR(r)) return fail(params, "loom_stream_recv_nbx", LOOM_PTR_STATUS(r));
+        loom_status_ptr_t s = ops.send(kAmPing, sbuf.data, params.size);
+        if (LOOM_PTR_IS_ERR(s)) {
+            (void)Ucp::finish(r);
+            return fail(params, ops.send_name(), LOOM_PTR_STATUS(s));
+        }
+        if (loopback) {
+            if (Status st = answer(i); st != Status::ok) return st;
+            if (!ops.am()) r = ops.recv(rbuf.data, params.size);
+        }
+        if (loom_status_t st = ucp.wait(s); st != LOOM_OK) {
+            (void)Ucp::finish(r);
+            return fail_wait(params, ops.send_name(), st);
+        }
+        loom_status_t st = ops.am() ? wait_count(ucp, pong, i, none) : ucp.wait(r);
+        if (st != LOOM_OK) return fail_wait(params, "receive of the pong", st);
+        if (meter) {
+            ucs::Ticks now = ucs::get_time();
+            meter->sample(i - params.warmup, now, now - t0);
+        }
+    }
+    if (meter) meter->finish(params.iters, report);
+    return Status::ok;
+}
+
+/**
+ * The receiving side of ucp_am_bw and stream_bw: counts active messages, or keeps up to
+ * `window` whole-message stream receives posted (into one buffer), and sends the
+ * acknowledgement once all arrived. step() never blocks.
+ */
+class AmStreamReceiver {
+public:
+    AmStreamReceiver(Ucp& ucp, Ops& ops, const Params& params, std::uint32_t window)
+        : ucp_(ucp), ops_(ops), params_(params), total_(params.warmup + params.iters), rbuf_(params.size),
+          posted_(window, nullptr) {}
+
+    ~AmStreamReceiver() {
+        for (loom_status_ptr_t& r : posted_) {
+            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
+        }
+        if (LOOM_PTR_IS_PTR(ack_)) loom_request_free(ack_);
+    }
+
+    loom_status_t start() {
+        if (rbuf_.data == nullptr) return LOOM_ERR_NO_MEMORY;
+        if (ops_.am()) {
+            counter_ = AmCounter{nullptr, rbuf_.data, params_.size};
+            return counter_.attach(params_, ucp_.worker(), kAmPing) == Status::ok ? LOOM_OK : LOOM_ERR_INVALID_PARAM;
+        }
+        while (posted_count_ < total_ && posted_count_ < posted_.size()) {
+            if (loom_status_t s = post(); s != LOOM_OK) return s;
+        }
+        return LOOM_OK;
+    }
+
+    loom_status_t step() {
+        if (ops_.am()) {
+            if (counter_.error != LOOM_OK) {
+                what_ = "receive of rendezvous data";
+                return counter_.error;
+            }
+            received_ = counter_.arrived;
+        }
+        while (!ops_.am() && received_ < posted_count_) {
+            loom_status_ptr_t& r = posted_[received_ % posted_.size()];
+            if (!Ucp::done(r)) break;
+            loom_status_t s = Ucp::finish(r);
+            r = nullptr;
+            if (s != LOOM_OK) {
+                what_ = "loom_stream_recv_nbx";
+                return s;
+            }
+            ++received_;
+            if (posted_count_ < total_) {
+                if (loom_status_t st = post(); st != LOOM_OK) return st;
+            }
+        }
+        if (received_ == total_ && !ack_sent_) {
+            ack_sent_ = true;
+            ack_ = ops_.send(kAmAck, &total_, sizeof(total_));
+            if (LOOM_PTR_IS_ERR(ack_)) {
+                what_ = "send of the acknowledgement";
+                return LOOM_PTR_STATUS(ack_);
+            }
+        }
+        return LOOM_OK;
+    }
+
+    bool finished() const { return ack_sent_ && Ucp::done(ack_); }
+    loom_status_t ack_status() {
+        loom_status_t s = Ucp::finish(ack_);
+        ack_ = nullptr;
+        return s;
+    }
+    const char* what() const { return what_; }
+
+private:
+    loom_status_t post() {
+        loom_status_ptr_t r = ops_.recv(rbuf_.data, params_.size);
+        if (LOOM_PTR_IS_ERR(r)) {
+            what_ = "loom_stream_recv_nbx";
+            return LOOM_PTR_STATUS(r);
+        }
+        posted_[posted_count_ % posted_.size()] = r;
+        ++posted_count_;
+        return LOOM_OK;
+    }
+
+    Ucp& ucp_;
+    Ops& ops_;
+    const Params& params_;
+    std::uint64_t total_;
+    Buffer rbuf_;
+    AmCounter counter_;
+    std::vector<loom_status_ptr_t> posted_;
+    std::uint64_t posted_count_ = 0;
+    std::uint64_t received_ = 0;
+    bool ack_sent_ = false;
+    loom_status_ptr_t ack_ = nullptr;
+    const char* what_ = "";
+};
+
+/** ucp_am_bw and stream_bw: the client's clock stops at the acknowledgement of the last message. */
+Status run_am_stream_bw(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report) {
+    const std::uint64_t total = params.warmup + params.iters;
+    const std::uint32_t window = bw_window(params);
+    const bool loopback = role == Role::loopback;
+    Ops ops(ucp, params);
+    std::unique_ptr<AmStreamReceiver> receiver;
+    if (role != Role::client) {
+        receiver = std::make_unique<AmStreamReceiver>(ucp, ops, params, window);
+        if (loom_status_t s = receiver->start(); s != LOOM_OK) return fail(params, "the receiver's set-up", s);
+    }
+    auto hook = [&]() -> loom_status_t { return receiver ? receiver->step() : LOOM_OK; };
+    auto hook_failed = [&](loom_status_t s, const char* what) {
+        return fail_wait(params, receiver && *receiver->what() ? receiver->what() : what, s);
+    };
+    if (role == Role::server) {
+        loom_status_t s = ucp.progress_until([&] { return receiver->finished(); }, hook);
+        if (s != LOOM_OK) return hook_failed(s, "receive of the data");
+        if (loom_status_t st = receiver->ack_status(); st != LOOM_OK) return fail(params, "acknowledgement", st);
+        return Status::ok;
+    }
+    Buffer sbuf(params.size);
+    std::uint64_t ack_value = 0;
+    if (!sbuf.data) return fail(params, "malloc", LOOM_ERR_NO_MEMORY);
+    AmCounter ack{nullptr, reinterpret_cast<std::uint8_t*>(&ack_value), sizeof(ack_value)};
+    if (ops.am()) {
+        if (Status s = ack.attach(params, ucp.worker(), kAmAck); s != Status::ok) return s;
+    }
+    std::vector<loom_status_ptr_t> inflight(window, nullptr);
+    auto drop_all = [&] {
+        for (loom_status_ptr_t& r : inflight) {
+            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
+            r = nullptr;
+        }
+    };
+    std::unique_ptr<Meter> meter;
+    for (std::uint64_t i = 0; i < total; ++i) {
+        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
+        loom_status_ptr_t& slot = inflight[i % window];
+        if (slot != nullptr) {
+            loom_status_t s = ucp.wait(slot, hook);
+            slot = nullptr;
+            if (s != LOOM_OK) {
+                drop_all();
+                return hook_failed(s, ops.send_name());
+            }
+        }
+        slot = ops.send(kAmPing, sbuf.data, params.size);
+        if (LOOM_PTR_IS_ERR(slot)) {
+            loom_status_t s = LOOM_PTR_STATUS(slot);
+            slot = nullptr;
+            drop_all();
+            return fail(params, ops.send_name(), s);
+        }
+        if (loom_status_t s = hook(); s != LOOM_OK) {
+            drop_all();
+            return hook_failed(s, ops.send_name());
+        }
+        if (meter) meter->sample(i - params.warmup, ucs::get_time(), 0);
+    }
+    for (loom_status_ptr_t& slot : inflight) {
+        loom_status_t s = ucp.wait(slot, hook);
+        slot = nullptr;
+        if (s != LOOM_OK) {
+            drop_all();
+            return hook_failed(s, ops.send_name());
+        }
+    }
+    loom_status_t s;
+    if (ops.am()) {
+        s = wait_count(ucp, ack, 0, hook);
+    } else {
+        // The acknowledgement's receive comes last: in loopback the endpoint's one stream
+        // carries the data too, which the receiver must have taken first.
+        if (loopback) {
+            s = ucp.progress_until([&] { return receiver->finished(); }, hook);
+            if (s != LOOM_OK) return hook_failed(s, "receive of the data");
+        }
+        s = ucp.wait(ops.recv(&ack_value, sizeof(ack_value)), hook);
+    }
+    if (s != LOOM_OK) return hook_failed(s, "receive of the acknowledgement");
+    if (meter) meter->finish(params.iters, report);
+    if (receiver) {
+        if (loom_status_t st = ucp.progress_until([&] { return receiver->finished(); }, hook); st != LOOM_OK) {
+            return hook_failed(st, "acknowledgement");
+        }
+        if (loom_status_t st = receiver->ack_status(); st != LOOM_OK) return fail(params, "acknowledgement", st);
+    }
+    return Status::ok;
+}
+
+Status run_am_stream(Ucp& ucp, const Params& params, Role role, const OutputOptions& out, Report& report) {
+    const bool bw = params.test == TestKind::ucp_am_bw || params.test == TestKind::stream_bw;
+    if (role != Role::server) print_header(out, params);
+    return bw ? run_am_stream_bw(ucp, params, role, out, report) : run_am_stream_latency(ucp, params, role, out, report);
+}
+
 
 }  // namespace
 

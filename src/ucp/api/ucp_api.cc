@@ -10,6 +10,8 @@
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 #include "ucp/tag/tag_proto.h"
+#include "ucp/am/am_proto.h"
+#include "ucp/stream/stream_proto.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -74,7 +76,11 @@ void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) {
     if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
         Status s = req->status;
         if ((req->flags & kReqRecv) && (attr(p) & LOOM_OP_ATTR_FIELD_RECV_INFO) && p->recv_info.tag_recv) {
-            std::memcpy(p->recv_info.tag_recv, &req->recv.info, sizeof(TagRecvInfo));
+            if (req->flags & kReqRecvLength) {
+                *p->recv_info.length = req->recv.info.length;  // active-message data
+            } else {
+                std::memcpy(p->recv_info.tag_recv, &req->recv.info, sizeof(TagRecvInfo));
+            }
         }
         w.release(req);
         return status_ptr(s);
@@ -165,8 +171,9 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             if (m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) cp.request_cleanup = params->request_cleanup;
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
-        if (cp.features & ~std::uint64_t{kFeatureTag | kFeatureWakeup}) {
-            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag and wakeup", cp.features);
+        if (cp.features & ~std::uint64_t{kFeatureTag | kFeatureWakeup | kFeatureAm | kFeatureStream}) {
+            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag, am, stream and wakeup",
+                           cp.features);
             return LOOM_ERR_UNSUPPORTED;
         }
         auto ctx = Context::create(cp);
@@ -502,6 +509,344 @@ loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size
     auto* desc = reinterpret_cast<UnexpDesc*>(message);
     WorkerGuard guard(*W(worker));
     return tag_recv(*W(worker), buffer, count, desc, desc->entry.tag, kTagMaskFull, param);
+}
+
+}  // extern "C"
+
+// --- active messages ---------------------------------------------------------------------
+
+static_assert(sizeof(loom_am_recv_param_t) == sizeof(AmRecvParam));
+// The C enums and the C++ ones are the same bits.
+constexpr std::uint64_t u(std::uint64_t v) { return v; }
+static_assert(u(LOOM_AM_RECV_ATTR_FIELD_REPLY_EP) == kAmRecvAttrReplyEp && u(LOOM_AM_RECV_ATTR_FLAG_DATA) == kAmRecvAttrData &&
+              u(LOOM_AM_RECV_ATTR_FLAG_RNDV) == kAmRecvAttrRndv);
+static_assert(u(LOOM_AM_FLAG_WHOLE_MSG) == kAmHandlerWholeMsg && u(LOOM_AM_FLAG_PERSISTENT_DATA) == kAmHandlerPersistentData);
+static_assert(u(LOOM_AM_SEND_FLAG_REPLY) == kAmSendReply && u(LOOM_AM_SEND_FLAG_EAGER) == kAmSendEager &&
+              u(LOOM_AM_SEND_FLAG_RNDV) == kAmSendRndv);
+
+namespace {
+
+/** One log line naming the bad parameter; the status an _nbx call returns for it. */
+LOOM_COLD void* bad_param(const char* call, const char* why) {
+    LOOM_LOG_ERROR("ucp: {}: {}", call, why);
+    return status_ptr(Status::invalid_param);
+}
+
+bool has_feature(const Worker& w, std::uint64_t feature) { return w.context.params().features & feature; }
+
+std::uint32_t op_flags(const loom_request_param_t* p) { return (attr(p) & LOOM_OP_ATTR_FIELD_FLAGS) ? p->flags : 0; }
+
+/** The reasons loom_am_send_nbx refuses its parameters, or nullptr. */
+LOOM_COLD const char* am_send_check(const Ep* ep, unsigned id, const void* header, size_t header_length,
+                                    std::uint32_t flags) {
+    if (ep == nullptr) return "NULL endpoint";
+    if (!has_feature(*ep->worker, kFeatureAm)) return "the context was created without LOOM_FEATURE_AM";
+    if (id > kAmMaxUserId) return "active-message ids go up to 65535";
+    if (header == nullptr && header_length != 0) return "NULL header with a nonzero length";
+    if (flags & ~std::uint32_t{kAmSendReply | kAmSendEager | kAmSendRndv}) return "unknown flags";
+    if ((flags & kAmSendEager) && (flags & kAmSendRndv)) return "LOOM_AM_SEND_FLAG_EAGER and _RNDV together";
+    if (header_length > am_max_header(ep)) return "header longer than the endpoint's limit (see ucp.h)";
+    return nullptr;
+}
+
+/** A receive's request: the length callback, recv.dt started. nullptr with @p out set on failure. */
+Request* new_length_recv(Worker& w, const loom_request_param_t* p, Datatype dt, void* buffer, size_t count,
+                         void*& out) {
+    Request* req = new_request(w, p);
+    if (req == nullptr) {
+        out = status_ptr(Status::no_memory);
+        return nullptr;
+    }
+    req->flags |= kReqRecv | kReqRecvLength;
+    req->recv.info = TagRecvInfo{0, 0};
+    if (Status s = req->recv.dt.start_unpack(dt, buffer, count); s != Status::ok) {
+        w.complete(req, s);
+        out = finish_nbx(w, req, p);
+        return nullptr;
+    }
+    return req;
+}
+
+}  // namespace
+
+extern "C" {
+
+loom_status_t loom_worker_set_am_recv_handler(loom_worker_h worker, const loom_am_handler_param_t* param) {
+    const char* why = nullptr;
+    if (worker == nullptr || param == nullptr) {
+        why = "NULL worker or parameters";
+    } else if (!has_feature(*W(worker), kFeatureAm)) {
+        why = "the context was created without LOOM_FEATURE_AM";
+    } else if (!(param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_ID) ||
+               !(param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_CB)) {
+        why = "the id and cb fields are required";
+    } else if (param->id > kAmMaxUserId) {
+        why = "active-message ids go up to 65535";
+    } else if ((param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_FLAGS) &&
+               (param->flags & ~std::uint32_t{kAmHandlerWholeMsg | kAmHandlerPersistentData})) {
+        why = "unknown handler flags";
+    }
+    if (why != nullptr) {
+        LOOM_LOG_ERROR("ucp: loom_worker_set_am_recv_handler: {}", why);
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    const std::uint32_t flags = (param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_FLAGS) ? param->flags : 0;
+    void* arg = (param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_ARG) ? param->arg : nullptr;
+    WorkerGuard guard(*W(worker));
+    return C(am_set_handler(*W(worker), param->id, flags, reinterpret_cast<AmRecvCallback>(param->cb), arg));
+}
+
+loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep_h, unsigned id, const void* header, size_t header_length,
+                                   const void* buffer, size_t count, const loom_request_param_t* p) {
+    Ep* ep = E(ep_h);
+    const std::uint32_t flags = op_flags(p);
+    if (LOOM_UNLIKELY(ep == nullptr || id > kAmMaxUserId || (flags & ~std::uint32_t{kAmSendReply | kAmSendEager}) ||
+                      (header == nullptr && header_length != 0) || !has_feature(*ep->worker, kFeatureAm))) {
+        // The common flags pass the quick test; everything else is looked at closely.
+        if (const char* why = am_send_check(ep, id, header, header_length, flags)) {
+            return bad_param("loom_am_send_nbx", why);
+        }
+    }
+    Worker& w = *ep->worker;
+    WorkerGuard guard(w);
+    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
+        return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
+    }
+    const Datatype dt = dt_of(p);
+    // Eager short: the AM header word and one of header or data, nothing allocated.
+    if (LOOM_LIKELY(dt == dt_make_contig(1) && !(flags & (kAmSendReply | kAmSendRndv)) && ep->num_pending == 0 &&
+                    (header_length == 0 || count == 0) && header_length + count <= ep->max_short &&
+                    (count < ep->rndv_thresh || (flags & kAmSendEager)) &&
+                    !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
+        Status s = uct::ep_am_short(ep->am_ep, kAmUserOnly, am_hdr_word(id, 0, header_length),
+                                    header_length != 0 ? header : buffer,
+                                    static_cast<unsigned>(header_length + count));
+        if (LOOM_LIKELY(s == Status::ok)) return nullptr;
+        if (s != Status::no_resource) return status_ptr(s);
+    }
+    if (LOOM_UNLIKELY(header_length > am_max_header(ep))) {
+        return bad_param("loom_am_send_nbx", "header longer than the endpoint's limit (see ucp.h)");
+    }
+    if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
+        if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
+    }
+    DtState st;
+    if (Status s = st.start_pack(dt, buffer, count); s != Status::ok) return status_ptr(s);
+    if (!(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
+        // One bcopy, still without a request when the lane takes it.
+        Status s = am_send_try_now(ep, id, flags, header, header_length, st);
+        if (s != Status::no_resource) {
+            st.finish();
+            return status_ptr(s);
+        }
+    }
+    if (attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
+        st.finish();
+        return status_ptr(Status::no_resource);
+    }
+    Request* req = new_request(w, p);
+    if (req == nullptr) {
+        st.finish();
+        return status_ptr(Status::no_memory);
+    }
+    req->send.dt = st;
+    (void)am_send_start(req, ep, id, flags, header, header_length);
+    return finish_nbx(w, req, p);
+}
+
+loom_status_ptr_t loom_am_recv_data_nbx(loom_worker_h worker, void* data_desc, void* buffer, size_t count,
+                                        const loom_request_param_t* p) {
+    if (worker == nullptr || data_desc == nullptr) return bad_param("loom_am_recv_data_nbx", "NULL worker or data");
+    Worker& w = *W(worker);
+    WorkerGuard guard(w);
+    if (!has_feature(w, kFeatureAm)) {
+        return bad_param("loom_am_recv_data_nbx", "the context was created without LOOM_FEATURE_AM");
+    }
+    const AmDataKind kind = am_data_kind(w, data_desc);
+    if (kind == AmDataKind::unknown) {
+        return bad_param("loom_am_recv_data_nbx", "not a data descriptor a handler of this worker was given");
+    }
+    const Datatype dt = dt_of(p);
+    if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
+        if (Status s = dt_check(dt); s != Status::ok) {
+            // Loom owns the descriptor from the call on: drop it.
+            am_data_release(w, data_desc);
+            return status_ptr(s);
+        }
+    }
+    if (kind == AmDataKind::eager) {
+        DtState st;
+        Status s = st.start_unpack(dt, buffer, count);
+        std::size_t length = 0;
+        if (s == Status::ok) {
+            s = am_recv_eager(w, data_desc, st, length);
+            st.finish();
+        } else {
+            am_data_release(w, data_desc);
+        }
+        if ((attr(p) & LOOM_OP_ATTR_FIELD_RECV_INFO) && p->recv_info.length != nullptr) *p->recv_info.length = length;
+        if (!(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) return status_ptr(s);
+        void* r = completed_request(w, s, p);
+        if (LOOM_PTR_IS_PTR(r)) {
+            Request* req = request_of(r);
+            req->flags |= kReqRecv | kReqRecvLength;
+            req->recv.info = TagRecvInfo{0, length};
+        }
+        return r;
+    }
+    void* out = nullptr;
+    Request* req = new_length_recv(w, p, dt, buffer, count, out);
+    if (req == nullptr) {
+        am_data_release(w, data_desc);
+        return out;
+    }
+    am_recv_rndv(w, data_desc, req);
+    return finish_nbx(w, req, p);
+}
+
+size_t loom_am_max_header(loom_worker_h worker) {
+    if (worker == nullptr) return 0;
+    return am_worker_max_header(*W(worker));
+}
+
+void loom_am_data_release(loom_worker_h worker, void* data) {
+    if (worker == nullptr || W(worker)->am == nullptr) return;
+    WorkerGuard guard(*W(worker));
+    am_data_release(*W(worker), data);
+}
+
+}  // extern "C"
+
+// --- streams -----------------------------------------------------------------------------
+
+static_assert(sizeof(loom_stream_poll_ep_t) == sizeof(StreamPollEp));
+static_assert(LOOM_STREAM_RECV_FLAG_WAITALL == 1);
+
+extern "C" {
+
+loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep_h, const void* buffer, size_t count,
+                                       const loom_request_param_t* p) {
+    Ep* ep = E(ep_h);
+    if (LOOM_UNLIKELY(ep == nullptr)) return bad_param("loom_stream_send_nbx", "NULL endpoint");
+    if (LOOM_UNLIKELY(!has_feature(*ep->worker, kFeatureStream))) {
+        return bad_param("loom_stream_send_nbx", "the context was created without LOOM_FEATURE_STREAM");
+    }
+    Worker& w = *ep->worker;
+    WorkerGuard guard(w);
+    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
+        return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
+    }
+    const Datatype dt = dt_of(p);
+    const bool imm = !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL);
+    if (LOOM_LIKELY(dt == dt_make_contig(1) && count <= ep->max_short && ep->num_pending == 0 && imm)) {
+        if (count == 0) return nullptr;  // nothing to append
+        Status s = uct::ep_am_short(ep->am_ep, kAmStreamData, w.uuid, buffer, static_cast<unsigned>(count));
+        if (LOOM_LIKELY(s == Status::ok)) return nullptr;
+        if (s != Status::no_resource) return status_ptr(s);
+    }
+    if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
+        if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
+    }
+    DtState st;
+    if (Status s = st.start_pack(dt, buffer, count); s != Status::ok) return status_ptr(s);
+    if (imm) {
+        Status s = st.length == 0 ? Status::ok : stream_send_try_now(ep, st);
+        if (s != Status::no_resource) {
+            st.finish();
+            return status_ptr(s);
+        }
+    }
+    if (attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) {
+        st.finish();
+        return status_ptr(Status::no_resource);
+    }
+    Request* req = new_request(w, p);
+    if (req == nullptr) {
+        st.finish();
+        return status_ptr(Status::no_memory);
+    }
+    req->send.dt = st;
+    (void)stream_send_start(req, ep);
+    return finish_nbx(w, req, p);
+}
+
+loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep_h, void* buffer, size_t count, size_t* length,
+                                       const loom_request_param_t* p) {
+    Ep* ep = E(ep_h);
+    const std::uint32_t flags = op_flags(p);
+    const Datatype dt = dt_of(p);
+    const char* why = nullptr;
+    if (ep == nullptr || length == nullptr) {
+        why = "NULL endpoint or length";
+    } else if (!has_feature(*ep->worker, kFeatureStream)) {
+        why = "the context was created without LOOM_FEATURE_STREAM";
+    } else if (flags & ~std::uint32_t{LOOM_STREAM_RECV_FLAG_WAITALL}) {
+        why = "unknown flags";
+    } else if ((dt & kDtClassMask) == kDtGeneric) {
+        why = "streams take contiguous and iov datatypes only";
+    }
+    if (LOOM_UNLIKELY(why != nullptr)) return bad_param("loom_stream_recv_nbx", why);
+    if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
+        if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
+    }
+    Worker& w = *ep->worker;
+    WorkerGuard guard(w);
+    if (LOOM_UNLIKELY(ep->flags & kEpClosing)) return status_ptr(Status::not_connected);
+    const bool waitall = flags & LOOM_STREAM_RECV_FLAG_WAITALL;
+    if (!(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
+        DtState st;
+        if (Status s = st.start_unpack(dt, buffer, count); s != Status::ok) return status_ptr(s);
+        const bool done = stream_recv_now(w, ep, st, waitall, *length);
+        st.finish();
+        if (done) return nullptr;
+    }
+    void* out = nullptr;
+    Request* req = new_length_recv(w, p, dt, buffer, count, out);
+    if (req == nullptr) return out;
+    if (waitall) req->flags |= kReqWaitAll;
+    (void)stream_recv_start(w, ep, req);
+    if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) *length = req->recv.info.length;
+    return finish_nbx(w, req, p);
+}
+
+loom_status_t loom_stream_recv_request_test(void* request, size_t* length) {
+    Request* req = request_of(request);
+    WorkerGuard guard(*req->worker);
+    if (!(req->flags & kReqCompleted)) return LOOM_INPROGRESS;
+    if (length != nullptr && req->status == Status::ok) *length = req->recv.info.length;
+    return C(req->status);
+}
+
+ssize_t loom_stream_worker_poll(loom_worker_h worker, loom_stream_poll_ep_t* poll_eps, size_t max_eps, unsigned flags) {
+    if (worker == nullptr || (poll_eps == nullptr && max_eps != 0) || flags != 0) {
+        LOOM_LOG_ERROR("ucp: loom_stream_worker_poll: NULL worker or array, or nonzero flags");
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    if (!has_feature(*W(worker), kFeatureStream)) {
+        LOOM_LOG_ERROR("ucp: loom_stream_worker_poll: the context was created without LOOM_FEATURE_STREAM");
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    WorkerGuard guard(*W(worker));
+    return static_cast<ssize_t>(stream_poll(*W(worker), reinterpret_cast<StreamPollEp*>(poll_eps), max_eps));
+}
+
+loom_status_ptr_t loom_stream_recv_data_nb(loom_ep_h ep_h, size_t* length) {
+    Ep* ep = E(ep_h);
+    if (ep == nullptr || length == nullptr) return bad_param("loom_stream_recv_data_nb", "NULL endpoint or length");
+    if (!has_feature(*ep->worker, kFeatureStream)) {
+        return bad_param("loom_stream_recv_data_nb", "the context was created without LOOM_FEATURE_STREAM");
+    }
+    WorkerGuard guard(*ep->worker);
+    void* data = stream_recv_data(*ep->worker, ep, *length);
+    if (data == nullptr && (ep->flags & kEpFailed)) return status_ptr(ep->failure);
+    return data;
+}
+
+void loom_stream_data_release(loom_ep_h ep_h, void* data) {
+    Ep* ep = E(ep_h);
+    if (ep == nullptr || ep->worker->stream == nullptr) return;
+    WorkerGuard guard(*ep->worker);
+    (void)stream_data_release(*ep->worker, data);
 }
 
 }  // extern "C"

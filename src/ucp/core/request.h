@@ -33,6 +33,8 @@ struct TagRecvInfo {
     std::size_t length;
 };
 using RecvCallback = void (*)(void* request, int status, const TagRecvInfo* info, void* user_data);
+/** Completion of a receive that reports only its length (active-message data, streams). */
+using RecvLengthCallback = void (*)(void* request, int status, std::size_t length, void* user_data);
 
 enum ReqFlags : std::uint16_t {
     kReqCompleted = 1u << 0,
@@ -47,6 +49,8 @@ enum ReqFlags : std::uint16_t {
     kReqRndv = 1u << 9,        ///< rendezvous send: holds a registration (send.memh)
     kReqFlush = 1u << 10,      ///< an endpoint or worker flush waiting in Worker::flush_waiters
     kReqClose = 1u << 11,      ///< a flush that closes its endpoint when done
+    kReqWaitAll = 1u << 14,    ///< stream receive: complete only once the buffer is full
+    kReqRecvLength = 1u << 15, ///< a receive whose callback is a RecvLengthCallback (recv.info.length)
 };
 
 /** What the protocol does with the request next. */
@@ -62,6 +66,7 @@ struct Request {
     union {
         SendCallback send;
         RecvCallback recv;
+        RecvLengthCallback recv_length;
     } cb;
     ucs::ListLink ep_link;  ///< sends: in the endpoint's list of outstanding requests
 
@@ -80,6 +85,7 @@ struct Request {
             std::uint8_t ctrl_am_id;  ///< control messages
             std::uint16_t ctrl_length;
             std::uint8_t ctrl_data[52];  ///< a control message's bytes (largest header fits)
+            const void* am_header;       ///< active messages: the caller's header (send.tag holds the AmHdr)
         } send;
         struct {
             TagRecvEntry entry;

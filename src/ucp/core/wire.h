@@ -24,6 +24,11 @@ enum AmIds : uct::AmId {
     kAmRndvAts = 8,       ///< AckHdr: the receiver has the rendezvous data
     kAmRndvRtr = 9,       ///< AckHdr: the receiver is ready for AM-pipeline data, sent as
                           ///< kAmEagerMiddle fragments of the RTS's msg_id
+    // Active messages and streams (src/ucp/am, src/ucp/stream): ids 20..29.
+    kAmUserOnly = 20,     ///< AmHdr [+ sender uuid when kAmWireReply] + user header + data
+    kAmUserFirst = 21,    ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
+    kAmUserRts = 22,      ///< AmRtsHdr + packed key + user header; answered with kAmRndvAts or kAmRndvRtr
+    kAmStreamData = 25,   ///< sender uuid (8 bytes) + stream bytes
 };
 
 /** First fragment of a multi-fragment eager message (sync sends set sreq_id). */
@@ -76,5 +81,32 @@ struct WireupHdr {
     std::uint8_t reserved[7];
 };
 inline constexpr std::uint8_t kWireupRequest = 1;
+
+/**
+ * What leads every active message: the application's id, kAmWire* flags and the
+ * length of the application's header. 8 bytes: the header word of an am_short.
+ */
+struct AmHdr {
+    std::uint16_t am_id;
+    std::uint8_t flags;
+    std::uint8_t reserved;
+    std::uint32_t header_length;
+};
+static_assert(sizeof(AmHdr) == 8);
+inline constexpr std::uint8_t kAmWireReply = 1u << 0;  ///< the sender's uuid follows: give the receiver a reply ep
+
+/** First fragment of a multi-fragment active message. */
+struct AmFirstHdr {
+    AmHdr am;
+    std::uint64_t sender_uuid;
+    std::uint64_t msg_id;
+    std::uint64_t total_length;  ///< data bytes, the application's header excluded
+};
+
+/** Rendezvous active message: the tag protocol's RTS (its tag unused) and the AM header. */
+struct AmRtsHdr {
+    RtsHdr rts;
+    AmHdr am;
+};
 
 }  // namespace loom::ucp

@@ -122,6 +122,8 @@ Status Worker::init() {
         LOOM_LOG_ERROR("ucp: no transport could be opened for the worker");
         return Status::no_device;
     }
+    if (Status s = am_register_handlers(*this); s != Status::ok) return s;
+    if (Status s = stream_register_handlers(*this); s != Status::ok) return s;
     if (context.params().features & kFeatureWakeup) {
         if (Status s = init_wakeup(); s != Status::ok) return s;
     }
@@ -259,6 +261,8 @@ Worker::~Worker() {
         }
     }
     frags.clear();
+    am_cleanup(*this);
+    stream_cleanup(*this);
     for (WorkerIface& wi : ifaces) wi.iface->progress_disable();
     ifaces.clear();
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
@@ -307,6 +311,7 @@ void Worker::ep_close_now(Ep* ep, bool force) {
     // The peer may still send to us and need replies (acknowledgements, rendezvous): the
     // endpoint its wire-up would use stays, as an internal one, until the worker goes.
     ep->on_error = nullptr;
+    stream_ep_closed(*this, ep, Status::canceled);
     auto it = ep_by_uuid.find(ep->remote_uuid);
     if (!force && !(ep->flags & kEpFailed) && it != ep_by_uuid.end() && it->second == ep) {
         ep->flags = static_cast<std::uint8_t>((ep->flags | kEpInternal) & ~kEpClosing);
@@ -497,14 +502,20 @@ void Worker::complete(Request* req, Status status) {
         completed_since_arm_ = true;
         if (sleepers.load(std::memory_order_relaxed) != 0 && epoll_fd_ >= 0) (void)wake_signal_.signal();
     }
-    if (req->flags & kReqRecv) {
+    // Read first: a callback may free its request (loom_request_free releases it at once then).
+    const bool freed_before = req->flags & kReqReleased;
+    if (req->flags & kReqRecvLength) {
+        if (req->cb.recv_length) {
+            req->cb.recv_length(handle_of(req), static_cast<int>(status), req->recv.info.length, req->user_data);
+        }
+    } else if (req->flags & kReqRecv) {
         if (req->cb.recv) {
             req->cb.recv(handle_of(req), static_cast<int>(status), &req->recv.info, req->user_data);
         }
     } else if (req->cb.send) {
         req->cb.send(handle_of(req), static_cast<int>(status), req->user_data);
     }
-    if (req->flags & kReqReleased) release(req);
+    if (freed_before) release(req);
 }
 
 void Worker::release(Request* req) {
@@ -794,6 +805,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     Status st = status;
     if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
+    stream_ep_closed(*this, ep, status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
     auto it = ep_by_uuid.find(ep->remote_uuid);
     if (it != ep_by_uuid.end() && it->second == ep) ep_by_uuid.erase(it);
@@ -810,6 +822,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     tag_fail_peer_receives(*this, ep->remote_uuid, status);
+    stream_ep_failed(*this, ep, status);
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
         ep->on_error(ep->on_error_arg, ep, static_cast<int>(status));
     }

@@ -27,6 +27,8 @@
 namespace loom::ucp {
 
 class Listener;
+class AmWorker;
+class StreamWorker;
 
 /** One iface of a worker. */
 struct WorkerIface {
@@ -203,6 +205,8 @@ public:
     std::atomic<std::uint32_t> sleepers{0};
     /** Client/server listeners of this worker (listener.h); served from progress. */
     std::vector<Listener*> listeners;
+    AmWorker* am = nullptr;          ///< active-message state (src/ucp/am), from am_register_handlers
+    StreamWorker* stream = nullptr;  ///< stream state (src/ucp/stream), from stream_register_handlers
 
     static constexpr std::size_t kSmallDescData = 512;
 
@@ -261,5 +265,25 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
 
 /** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
 void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
+
+// --- protocol entry points (src/ucp/am, src/ucp/stream) ------------------------------------
+
+/** Creates the worker's active-message state and registers its AM handlers on every iface. */
+Status am_register_handlers(Worker& worker);
+
+/** Releases what active messages still hold (kept data, pending rendezvous); before the ifaces go. */
+void am_cleanup(Worker& worker);
+
+/** Creates the worker's stream state and registers the stream AM handler on every iface. */
+Status stream_register_handlers(Worker& worker);
+
+/** Releases the stream state; before the ifaces go. */
+void stream_cleanup(Worker& worker);
+
+/** @p ep failed: its waiting stream receives complete with @p status (data already queued stays). */
+void stream_ep_failed(Worker& worker, Ep* ep, Status status);
+
+/** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
+void stream_ep_closed(Worker& worker, Ep* ep, Status status);
 
 }  // namespace loom::ucp

@@ -19,8 +19,6 @@ Status send_request_start(Request* req);
 
 namespace {
 
-constexpr std::uint64_t kRndvMsgBit = 1ull << 63;  // AM-pipeline msg ids never collide with eager ones
-
 Request* recv_of(TagRecvEntry* entry) {
     return reinterpret_cast<Request*>(reinterpret_cast<char*>(entry) - offsetof(Request, recv.entry));
 }
@@ -67,6 +65,8 @@ Ep* reply_ep(Worker& w, std::uint64_t uuid) {
     return it->second;
 }
 
+}  // namespace
+
 void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status) {
     Ep* ep = reply_ep(w, uuid);
     if (ep == nullptr) return;
@@ -75,6 +75,8 @@ void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id
         LOOM_LOG_WARN("ucp: cannot acknowledge to {:016x}: {}", uuid, to_string(s));
     }
 }
+
+namespace {
 
 /** Stores @p len bytes at @p offset of @p req's message, dropping what exceeds its buffer. */
 void recv_store(Request* req, std::size_t offset, const void* src, std::size_t len) {
@@ -93,8 +95,6 @@ void recv_finish(Worker& w, Request* req) {
     req->recv.dt.finish();
     w.complete(req, s);
 }
-
-void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len);
 
 /**
  * Queues an eager message no receive wanted yet: @p plen bytes of its @p total arrived
@@ -407,6 +407,8 @@ void rndv_get_progress(Request* req) {
     }
 }
 
+}  // namespace
+
 void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len) {
     req->recv.info.sender_tag = rts.tag;
     req->recv.info.length = rts.length;
@@ -427,6 +429,11 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
         return;
     }
     Ep* ep = it->second;
+    if (ep->flags & kEpFailed) {  // a request held past the sender's failure: nobody will answer an RTR
+        req->recv.dt.finish();
+        w.complete(req, ep->failure);
+        return;
+    }
     std::uint8_t lane = kNoLane;
     if (w.context.config().rndv_scheme != RndvScheme::am && rts.address != 0 && req->recv.dt.contig()) {
         lane = ep->lane_of_iface(rts.iface_index);
@@ -469,6 +476,8 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
     w.frags[FragKey{rts.sender_uuid, rts.msg_id}] = FragTarget{req, nullptr};
     send_ack(w, rts.sender_uuid, kAmRndvRtr, rts.sreq_id, Status::ok);
 }
+
+namespace {
 
 // --- send protocols ----------------------------------------------------------------------
 
@@ -516,7 +525,8 @@ Status eager_bcopy_progress(Request* req) {
     return Status::ok;
 }
 
-/** Sends fragments from send.offset on: a first one with the tag, then middles. */
+}  // namespace
+
 Status eager_multi_progress(Request* req) {
     Worker& w = *req->worker;
     Ep* ep = req->send.ep;
@@ -548,19 +558,20 @@ Status eager_multi_progress(Request* req) {
     return Status::ok;
 }
 
+namespace {
+
 Status am_pipeline_progress(Request* req) {
     // The RTR arrived: the data follows as middle fragments of the RTS's msg_id.
     req->send.msg_id |= kRndvMsgBit;
     return eager_multi_progress(req);
 }
 
-/** Sends the RTS (registering the buffer for GET where the rendezvous lane allows). */
-Status rndv_rts_progress(Request* req) {
+}  // namespace
+
+std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) {
     Worker& w = *req->worker;
     Ep* ep = req->send.ep;
-    std::uint8_t buf[sizeof(RtsHdr) + 256];
-    RtsHdr rts{};
-    rts.tag = req->send.tag;
+    rts = RtsHdr{};
     rts.sender_uuid = w.uuid;
     rts.sreq_id = w.req_table.wire_id(req);
     rts.length = req->send.dt.length;
@@ -580,8 +591,9 @@ Status rndv_rts_progress(Request* req) {
             }
         }
         rkey_len = rsc.md_attr.rkey_packed_size;
-        if (rkey_len <= 256 && (req->send.memh != uct::kMemHNull || !(rsc.md_attr.flags & uct::MdAttr::kNeedRkey)) &&
-            (rkey_len == 0 || rsc.md->mkey_pack(req->send.memh, buf + sizeof(RtsHdr)) == Status::ok)) {
+        if (rkey_len <= kMaxRtsRkey &&
+            (req->send.memh != uct::kMemHNull || !(rsc.md_attr.flags & uct::MdAttr::kNeedRkey)) &&
+            (rkey_len == 0 || rsc.md->mkey_pack(req->send.memh, rkey_buf) == Status::ok)) {
             rts.address = reinterpret_cast<std::uintptr_t>(req->send.dt.buffer);
             rts.iface_index = lane.remote_iface;
         } else {
@@ -589,6 +601,19 @@ Status rndv_rts_progress(Request* req) {
         }
     }
     rts.rkey_length = static_cast<std::uint16_t>(rkey_len);
+    return rkey_len;
+}
+
+namespace {
+
+/** Sends the RTS (registering the buffer for GET where the rendezvous lane allows). */
+Status rndv_rts_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    std::uint8_t buf[sizeof(RtsHdr) + kMaxRtsRkey];
+    RtsHdr rts;
+    const std::size_t rkey_len = rndv_rts_prepare(req, rts, buf + sizeof(RtsHdr));
+    rts.tag = req->send.tag;
     std::memcpy(buf, &rts, sizeof(rts));
     ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvRts, buf, sizeof(rts) + rkey_len);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;

@@ -1,6 +1,7 @@
 /** Entry points of the tag protocols (tag_proto.cc) for the API layer. */
 #pragma once
 
+#include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 
 namespace loom::ucp {
@@ -26,5 +27,39 @@ UnexpDesc* tag_probe(Worker& w, Tag tag, Tag mask, bool remove, TagRecvInfo* inf
  * request, and releases the descriptor. ok, message_truncated or an unpack error.
  */
 Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& info);
+
+// --- shared with the other protocols (active messages) -----------------------------------
+
+/** Marks a send whose first fragment left: eager_multi_progress sends only middle fragments. */
+inline constexpr std::uint64_t kRndvMsgBit = 1ull << 63;
+
+/** Largest packed remote key an RTS carries (a larger one falls back to the AM pipeline). */
+inline constexpr std::size_t kMaxRtsRkey = 256;
+
+/** Sends an AckHdr (@p id: kAmSyncAck, kAmRndvAts, kAmRndvRtr) to worker @p uuid; logs a failure. */
+void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status);
+
+/**
+ * Sends @p req's data from send.offset on as eager fragments (the first one as a tagged
+ * kAmEagerFirst unless send.msg_id has kRndvMsgBit, then kAmEagerMiddle fragments of the
+ * message msg_id), and completes the request once the last one left. A send progress
+ * function: no_resource when the lane is busy.
+ */
+Status eager_multi_progress(Request* req);
+
+/**
+ * Fills @p rts for rendezvous send @p req (which has a request id): sender, id, length,
+ * msg_id, and, where the rendezvous lane can GET the buffer, its address and iface with
+ * the packed key written to @p rkey_buf (kMaxRtsRkey bytes). Registers the buffer once.
+ * Returns the key's length (0: AM pipeline only). rts.tag is left 0.
+ */
+std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf);
+
+/**
+ * Starts receiving the rendezvous message @p rts (with its packed key) into receive
+ * @p req (recv.dt set): GET over the rendezvous lane and ATS, or RTR and the AM pipeline;
+ * completes @p req (message_truncated when its buffer is short, nothing moving then).
+ */
+void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len);
 
 }  // namespace loom::ucp

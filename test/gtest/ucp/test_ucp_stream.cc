@@ -1,0 +1,674 @@
+/**
+ * Streams through the C API over self (one worker), shm and tcp (workers in this
+ * process), and between two real processes: sizes across every threshold with the bytes
+ * checked, partial and WAITALL receives, element sizes, worker_poll, interleaved sizes,
+ * per-endpoint isolation, zero-copy receives, closing and failing endpoints, bad
+ * parameters.
+ */
+#include "common/forked_peer.h"
+#include "common/test_helpers.h"
+#include "loom/ucp.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <sys/mman.h>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TlSet {
+    const char* name;
+    const char* tls;
+    bool self;
+};
+
+void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
+
+std::vector<char> pattern(std::size_t n, unsigned seed) {
+    std::vector<char> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 17 + (i >> 9)) & 0xff);
+    return v;
+}
+
+class UcpStreamTest : public testing::TestWithParam<TlSet> {
+protected:
+    void SetUp() override { init(LOOM_FEATURE_STREAM); }
+
+    void init(std::uint64_t features) {
+        teardown();
+        setenv("LOOM_TLS", GetParam().tls, 1);
+        loom_params_t params{};
+        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+        params.features = features;
+        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
+        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &sender_));
+        if (GetParam().self) {
+            receiver_ = sender_;
+        } else {
+            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &receiver_));
+        }
+        ep_ = connect(sender_, receiver_, &ep_tag_);
+        ASSERT_NE(nullptr, ep_);
+        // The receiving side's endpoint to the sender (for self: the same one).
+        rep_ = GetParam().self ? ep_ : connect(receiver_, sender_, &rep_tag_);
+        ASSERT_NE(nullptr, rep_);
+    }
+
+    loom_ep_h connect(loom_worker_h from, loom_worker_h to, void* user_data) {
+        void* addr;
+        size_t len;
+        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
+        loom_ep_params_t ep_params{};
+        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_USER_DATA;
+        ep_params.address = addr;
+        ep_params.user_data = user_data;
+        loom_ep_h ep = nullptr;
+        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
+        loom_worker_release_address(to, addr);
+        return ep;
+    }
+
+    static void force_close(loom_ep_h ep) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+        p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+        (void)loom_ep_close_nbx(ep, &p);
+    }
+
+    void teardown() {
+        if (rep_ && rep_ != ep_) force_close(rep_);
+        if (ep_) force_close(ep_);
+        ep_ = rep_ = nullptr;
+        if (receiver_ && receiver_ != sender_) loom_worker_destroy(receiver_);
+        if (sender_) loom_worker_destroy(sender_);
+        if (ctx_) loom_cleanup(ctx_);
+        receiver_ = sender_ = nullptr;
+        ctx_ = nullptr;
+    }
+
+    void TearDown() override { teardown(); }
+
+    void progress() {
+        loom_worker_progress(sender_);
+        if (receiver_ != sender_) loom_worker_progress(receiver_);
+    }
+
+    template <typename F>
+    bool progress_until(F done, const char* what = "condition") {
+        auto deadline = Clock::now() + std::chrono::seconds(30);
+        while (!done()) {
+            if (Clock::now() > deadline) {
+                ADD_FAILURE() << "timed out waiting for " << what;
+                return false;
+            }
+            progress();
+        }
+        return true;
+    }
+
+    loom_status_t wait(loom_status_ptr_t r) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        if (!progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, "a request")) {
+            return LOOM_ERR_TIMED_OUT;
+        }
+        loom_status_t s = loom_request_check_status(r);
+        loom_request_free(r);
+        return s;
+    }
+
+    /** A receive on @p ep; returns the status and fills @p length however it completes. */
+    loom_status_t recv(loom_ep_h ep, void* buf, std::size_t count, std::size_t& length, bool waitall,
+                       loom_datatype_t dt = loom_dt_make_contig(1)) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS | LOOM_OP_ATTR_FIELD_DATATYPE;
+        p.flags = waitall ? LOOM_STREAM_RECV_FLAG_WAITALL : 0;
+        p.datatype = dt;
+        length = SIZE_MAX;
+        loom_status_ptr_t r = loom_stream_recv_nbx(ep, buf, count, &length, &p);
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        if (!progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; })) {
+            return LOOM_ERR_TIMED_OUT;
+        }
+        loom_status_t s = loom_stream_recv_request_test(r, &length);
+        loom_request_free(r);
+        return s;
+    }
+
+    /** Receives exactly @p n bytes with WAITALL. */
+    std::vector<char> recv_all(loom_ep_h ep, std::size_t n) {
+        std::vector<char> out(n + 1, 0x5a);
+        std::size_t length = 0;
+        EXPECT_EQ(LOOM_OK, recv(ep, out.data(), n, length, true));
+        EXPECT_EQ(n, length);
+        EXPECT_EQ(0x5a, out[n]) << "wrote past the receive buffer";
+        out.resize(n);
+        return out;
+    }
+
+    loom_context_h ctx_ = nullptr;
+    loom_worker_h sender_ = nullptr;
+    loom_worker_h receiver_ = nullptr;
+    loom_ep_h ep_ = nullptr;   ///< sender -> receiver
+    loom_ep_h rep_ = nullptr;  ///< receiver -> sender
+    int ep_tag_ = 0, rep_tag_ = 0;
+};
+
+const std::vector<std::size_t> kSizes = {1,     8,     100,   231,   232,    233,    1000,   4095,   4096,  4097,
+                                         8183,  8184,  8185,  8192,  16384,  30000,  65536,  100000, 262144, 1 << 20};
+
+TEST_P(UcpStreamTest, EverySizeExpectedAndUnexpected) {
+    for (std::size_t size : kSizes) {
+        auto data = pattern(size, static_cast<unsigned>(size));
+        // Unexpected: everything arrives before the receive.
+        EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), size, nullptr))) << size;
+        for (int i = 0; i < 50; ++i) progress();
+        EXPECT_TRUE(data == recv_all(rep_, size)) << "unexpected, size " << size;
+        // Expected: the receive waits first.
+        std::vector<char> out(size + 1, 0x5a);
+        std::size_t length = SIZE_MAX;
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+        p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+        loom_status_ptr_t r = loom_stream_recv_nbx(rep_, out.data(), size, &length, &p);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(r)) << "a receive completed without data";
+        loom_status_ptr_t s = loom_stream_send_nbx(ep_, data.data(), size, nullptr);
+        ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+        EXPECT_EQ(LOOM_OK, loom_stream_recv_request_test(r, &length));
+        loom_request_free(r);
+        EXPECT_EQ(size, length);
+        EXPECT_EQ(0x5a, out[size]);
+        out.resize(size);
+        EXPECT_TRUE(data == out) << "expected, size " << size;
+        EXPECT_EQ(LOOM_OK, wait(s));
+    }
+}
+
+TEST_P(UcpStreamTest, PartialReceivesTakeWhatIsThere) {
+    auto data = pattern(100000, 1);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), data.size(), nullptr)));
+    for (int i = 0; i < 100; ++i) progress();
+    // Pieces of at most 3000 bytes, each completing with what is there.
+    std::vector<char> got;
+    while (got.size() < data.size()) {
+        std::vector<char> buf(3000);
+        std::size_t length = 0;
+        ASSERT_EQ(LOOM_OK, recv(rep_, buf.data(), buf.size(), length, false));
+        ASSERT_GT(length, 0u);
+        ASSERT_LE(length, buf.size());
+        got.insert(got.end(), buf.begin(), buf.begin() + length);
+    }
+    EXPECT_TRUE(data == got);
+    // A receive waiting for more than arrives completes with what came.
+    std::vector<char> big(1 << 20);
+    std::size_t length = 0;
+    loom_status_ptr_t r = loom_stream_recv_nbx(rep_, big.data(), big.size(), &length, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    auto small = pattern(100, 2);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, small.data(), small.size(), nullptr)));
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_OK, loom_stream_recv_request_test(r, &length));
+    loom_request_free(r);
+    EXPECT_EQ(100u, length);
+    EXPECT_EQ(0, std::memcmp(big.data(), small.data(), 100));
+}
+
+TEST_P(UcpStreamTest, WaitAllWaitsForEveryByte) {
+    const std::size_t piece = 10000, pieces = 5;
+    auto data = pattern(piece * pieces, 3);
+    std::vector<char> out(data.size());
+    std::size_t length = 0;
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+    loom_status_ptr_t r = loom_stream_recv_nbx(rep_, out.data(), out.size(), &length, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    for (std::size_t i = 0; i < pieces; ++i) {
+        EXPECT_EQ(LOOM_INPROGRESS, loom_stream_recv_request_test(r, &length)) << "completed after " << i << " pieces";
+        EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data() + i * piece, piece, nullptr)));
+        for (int k = 0; k < 50; ++k) progress();
+    }
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_OK, loom_stream_recv_request_test(r, &length));
+    EXPECT_EQ(data.size(), length);
+    loom_request_free(r);
+    EXPECT_TRUE(data == out);
+}
+
+TEST_P(UcpStreamTest, WholeElementsOnly) {
+    auto data = pattern(14, 4);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10, nullptr)));
+    for (int i = 0; i < 50; ++i) progress();
+    std::uint32_t out[8] = {};
+    std::size_t length = 0;
+    // 10 bytes there, 4-byte elements: two whole ones; the other two bytes stay.
+    ASSERT_EQ(LOOM_OK, recv(rep_, out, 8, length, false, loom_dt_make_contig(4)));
+    EXPECT_EQ(8u, length);
+    EXPECT_EQ(0, std::memcmp(out, data.data(), 8));
+    // Two bytes cannot complete a receive of whole elements: it waits for the rest.
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = loom_dt_make_contig(4);
+    loom_status_ptr_t r = loom_stream_recv_nbx(rep_, out, 8, &length, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    for (int i = 0; i < 50; ++i) progress();
+    EXPECT_EQ(LOOM_INPROGRESS, loom_stream_recv_request_test(r, &length));
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data() + 10, 4, nullptr)));
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_OK, loom_stream_recv_request_test(r, &length));
+    loom_request_free(r);
+    EXPECT_EQ(4u, length);  // bytes 8..11; 12..13 stay queued
+    EXPECT_EQ(0, std::memcmp(out, data.data() + 8, 4));
+    char rest[2];
+    ASSERT_EQ(LOOM_OK, recv(rep_, rest, 2, length, true));
+    EXPECT_EQ(0, std::memcmp(rest, data.data() + 12, 2));
+}
+
+TEST_P(UcpStreamTest, WorkerPollReportsEndpointsWithData) {
+    loom_stream_poll_ep_t eps[4];
+    EXPECT_EQ(0, loom_stream_worker_poll(receiver_, eps, 4, 0));
+    auto data = pattern(5000, 5);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), data.size(), nullptr)));
+    ssize_t n = 0;
+    ASSERT_TRUE(progress_until([&] { return (n = loom_stream_worker_poll(receiver_, eps, 4, 0)) != 0; }));
+    ASSERT_EQ(1, n);
+    EXPECT_EQ(rep_, eps[0].ep);
+    EXPECT_EQ(GetParam().self ? static_cast<void*>(&ep_tag_) : static_cast<void*>(&rep_tag_), eps[0].user_data);
+    EXPECT_EQ(0, loom_stream_worker_poll(receiver_, eps, 4, 0)) << "reported twice for the same data";
+    std::vector<char> half(2500);
+    std::size_t length;
+    ASSERT_EQ(LOOM_OK, recv(rep_, half.data(), half.size(), length, true));
+    // New data makes it ready again.
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10, nullptr)));
+    ASSERT_TRUE(progress_until([&] { return (n = loom_stream_worker_poll(receiver_, eps, 4, 0)) != 0; }));
+    EXPECT_EQ(1, n);
+    auto rest = recv_all(rep_, 2510);
+    EXPECT_EQ(0, std::memcmp(rest.data(), data.data() + 2500, 2500));
+    EXPECT_EQ(0, std::memcmp(rest.data() + 2500, data.data(), 10));
+    // Drained by a receive: no longer ready.
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10, nullptr)));
+    for (int i = 0; i < 50; ++i) progress();
+    (void)recv_all(rep_, 10);
+    EXPECT_EQ(0, loom_stream_worker_poll(receiver_, eps, 4, 0));
+}
+
+TEST_P(UcpStreamTest, InterleavedSizesKeepOneOrderedStream) {
+    std::mt19937 rng(42);
+    std::vector<char> sent;
+    std::vector<loom_status_ptr_t> sreqs;
+    std::vector<std::vector<char>> bufs;
+    for (int i = 0; i < 60; ++i) {
+        std::size_t size = i % 7 == 0 ? 100000 + rng() % 200000 : rng() % 9000;
+        bufs.push_back(pattern(size, i));
+        sent.insert(sent.end(), bufs.back().begin(), bufs.back().end());
+    }
+    for (auto& b : bufs) sreqs.push_back(loom_stream_send_nbx(ep_, b.data(), b.size(), nullptr));
+    std::vector<char> got;
+    while (got.size() < sent.size()) {
+        std::vector<char> buf(1 + rng() % 50000);
+        std::size_t length = 0;
+        const bool waitall = rng() % 2 && got.size() + buf.size() <= sent.size();
+        ASSERT_EQ(LOOM_OK, recv(rep_, buf.data(), buf.size(), length, waitall));
+        got.insert(got.end(), buf.begin(), buf.begin() + length);
+    }
+    EXPECT_TRUE(sent == got);
+    for (auto r : sreqs) EXPECT_EQ(LOOM_OK, wait(r));
+}
+
+TEST_P(UcpStreamTest, EndpointsToDifferentWorkersNeverMix) {
+    if (GetParam().self) GTEST_SKIP() << "self reaches only its own worker: there is no second peer";
+    loom_worker_h third = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &third));
+    loom_ep_h ep3 = connect(third, receiver_, nullptr);
+    loom_ep_h rep3 = connect(receiver_, third, nullptr);
+    ASSERT_NE(rep_, rep3);
+    auto a = pattern(70000, 1), b = pattern(70000, 2);
+    std::vector<loom_status_ptr_t> reqs;
+    for (std::size_t off = 0; off < a.size(); off += 7000) {
+        reqs.push_back(loom_stream_send_nbx(ep_, a.data() + off, 7000, nullptr));
+        reqs.push_back(loom_stream_send_nbx(ep3, b.data() + off, 7000, nullptr));
+    }
+    auto progress3 = [&] { loom_worker_progress(third); };
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    for (auto r : reqs) {
+        while (LOOM_PTR_IS_PTR(r) && loom_request_check_status(r) == LOOM_INPROGRESS && Clock::now() < deadline) {
+            progress();
+            progress3();
+        }
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(r));
+        if (LOOM_PTR_IS_PTR(r)) {
+            EXPECT_EQ(LOOM_OK, loom_request_check_status(r));
+            loom_request_free(r);
+        }
+    }
+    for (int i = 0; i < 100; ++i) progress();
+    EXPECT_TRUE(b == recv_all(rep3, b.size()));
+    EXPECT_TRUE(a == recv_all(rep_, a.size()));
+    force_close(rep3);
+    force_close(ep3);
+    loom_worker_destroy(third);
+}
+
+TEST_P(UcpStreamTest, ZeroCopyReceiveAndRelease) {
+    auto data = pattern(30000, 6);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), data.size(), nullptr)));
+    for (int i = 0; i < 100; ++i) progress();
+    std::vector<char> got;
+    std::vector<void*> held;
+    std::size_t length = 0;
+    // An empty receive completes at once; then a copy receive of 10 bytes, and the rest
+    // without copying.
+    char first[10];
+    ASSERT_EQ(LOOM_OK, recv(rep_, first, 0, length, true));
+    EXPECT_EQ(0u, length);
+    ASSERT_EQ(LOOM_OK, recv(rep_, first, 10, length, true));
+    got.insert(got.end(), first, first + 10);
+    while (got.size() < data.size()) {
+        loom_status_ptr_t p = loom_stream_recv_data_nb(rep_, &length);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(p));
+        if (p == nullptr) {
+            progress();
+            continue;
+        }
+        got.insert(got.end(), static_cast<char*>(p), static_cast<char*>(p) + length);
+        held.push_back(p);
+    }
+    EXPECT_TRUE(data == got);
+    for (void* p : held) loom_stream_data_release(rep_, p);
+    EXPECT_EQ(nullptr, loom_stream_recv_data_nb(rep_, &length)) << "nothing is left";
+    loom::test::LogCapture log;
+    loom_stream_data_release(rep_, held.front());
+    EXPECT_EQ(1, log.count("is not stream data"));
+    // Taken pieces not released by the application go with the worker (ASan checks).
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 100, nullptr)));
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_data_nb(rep_, &length) != nullptr; }));
+}
+
+TEST_P(UcpStreamTest, CloseCancelsWaitingReceivesAndCallbacksRun) {
+    struct Seen {
+        int calls = 0;
+        loom_status_t status = LOOM_INPROGRESS;
+        std::size_t length = 0;
+    } seen[2];
+    char buf[2][64];
+    std::size_t length = 0;
+    loom_status_ptr_t r[2];
+    for (int i = 0; i < 2; ++i) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_CALLBACK | LOOM_OP_ATTR_FIELD_USER_DATA | LOOM_OP_ATTR_FIELD_FLAGS;
+        p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+        p.user_data = &seen[i];
+        p.cb.stream = [](void* request, loom_status_t status, size_t len, void* ud) {
+            auto* s = static_cast<Seen*>(ud);
+            ++s->calls;
+            s->status = status;
+            s->length = len;
+            loom_request_free(request);
+        };
+        r[i] = loom_stream_recv_nbx(rep_, buf[i], 64, &length, &p);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(r[i]));
+    }
+    // The first one completes with data, by callback.
+    auto data = pattern(64, 7);
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 64, nullptr)));
+    ASSERT_TRUE(progress_until([&] { return seen[0].calls == 1; }));
+    EXPECT_EQ(LOOM_OK, seen[0].status);
+    EXPECT_EQ(64u, seen[0].length);
+    EXPECT_EQ(0, std::memcmp(buf[0], data.data(), 64));
+    EXPECT_EQ(0, seen[1].calls);
+    // The second one is cancelled when its endpoint is closed.
+    if (rep_ == ep_) ep_ = nullptr;
+    force_close(rep_);
+    rep_ = nullptr;
+    EXPECT_EQ(1, seen[1].calls);
+    EXPECT_EQ(LOOM_ERR_CANCELED, seen[1].status);
+}
+
+TEST_P(UcpStreamTest, ManyOutstandingSendsAndCallerRequests) {
+    loom_context_attr_t attr{};
+    attr.field_mask = LOOM_ATTR_FIELD_REQUEST_SIZE;
+    ASSERT_EQ(LOOM_OK, loom_context_query(ctx_, &attr));
+    const int n = 1000;
+    std::vector<char> mem(static_cast<std::size_t>(n) * (attr.request_size + 64));
+    std::vector<char> data = pattern(static_cast<std::size_t>(n) * 300, 8);
+    std::vector<loom_status_ptr_t> reqs;
+    for (int i = 0; i < n; ++i) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_REQUEST | LOOM_OP_ATTR_FLAG_NO_IMM_CMPL;
+        p.request = mem.data() + i * (attr.request_size + 64) + attr.request_size;
+        reqs.push_back(loom_stream_send_nbx(ep_, data.data() + i * 300, 300, &p));
+        ASSERT_EQ(p.request, reqs.back());
+    }
+    EXPECT_TRUE(data == recv_all(rep_, data.size()));
+    for (auto r : reqs) {
+        ASSERT_TRUE(progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }));
+        EXPECT_EQ(LOOM_OK, loom_request_check_status(r));  // caller memory: never freed by Loom
+    }
+}
+
+TEST_P(UcpStreamTest, BadParametersAreRefused) {
+    loom::test::LogCapture log;
+    char buf[8];
+    std::size_t length;
+    auto status = [](loom_status_ptr_t p) { return LOOM_PTR_STATUS(p); };
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_send_nbx(nullptr, buf, 8, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(nullptr, buf, 8, &length, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(rep_, buf, 8, nullptr, nullptr)));
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = 1u << 5;
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(rep_, buf, 8, &length, &p)));
+    loom_generic_dt_ops_t ops{[](void*, const void*, size_t) -> void* { return nullptr; },
+                              [](void*, void*, size_t) -> void* { return nullptr; },
+                              [](void*) -> size_t { return 0; },
+                              [](void*, size_t, void*, size_t) -> size_t { return 0; },
+                              [](void*, size_t, const void*, size_t) { return LOOM_OK; },
+                              [](void*) {}};
+    loom_datatype_t dt;
+    ASSERT_EQ(LOOM_OK, loom_dt_create_generic(&ops, nullptr, &dt));
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = dt;
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(rep_, buf, 8, &length, &p)));
+    loom_dt_destroy(dt);
+    loom_stream_poll_ep_t eps[1];
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_stream_worker_poll(receiver_, eps, 1, 1));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_stream_worker_poll(nullptr, eps, 1, 0));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_data_nb(nullptr, &length)));
+    EXPECT_GE(log.count("ucp: loom_stream"), 8);
+    init(LOOM_FEATURE_TAG);
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_send_nbx(ep_, buf, 8, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(rep_, buf, 8, &length, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_stream_worker_poll(receiver_, eps, 1, 0));
+    EXPECT_GE(log.count("without LOOM_FEATURE_STREAM"), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpStreamTest,
+                         testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
+                                         TlSet{"tcp", "tcp", false}),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+// --- two processes ---------------------------------------------------------------------------
+
+using loom::test::ForkedPeer;
+
+struct Side {
+    loom_context_h ctx = nullptr;
+    loom_worker_h worker = nullptr;
+    loom_ep_h ep = nullptr;
+    int errors = 0;
+
+    bool open(const char* tls) {
+        setenv("LOOM_TLS", tls, 1);
+        loom_params_t params{};
+        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+        params.features = LOOM_FEATURE_STREAM;
+        return loom_init(&params, &ctx) == LOOM_OK && loom_worker_create(ctx, nullptr, &worker) == LOOM_OK;
+    }
+
+    std::vector<std::uint8_t> address() const {
+        void* a;
+        size_t n;
+        if (loom_worker_get_address(worker, &a, &n) != LOOM_OK) return {};
+        std::vector<std::uint8_t> v(static_cast<std::uint8_t*>(a), static_cast<std::uint8_t*>(a) + n);
+        loom_worker_release_address(worker, a);
+        return v;
+    }
+
+    bool connect(const std::vector<std::uint8_t>& peer, bool peer_errors) {
+        loom_ep_params_t p{};
+        p.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+        p.address = peer.data();
+        if (peer_errors) {
+            p.field_mask |= LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
+            p.err_mode = LOOM_ERR_HANDLING_MODE_PEER;
+            p.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t) { ++static_cast<Side*>(arg)->errors; };
+            p.err_handler.arg = this;
+        }
+        return loom_ep_create(worker, &p, &ep) == LOOM_OK;
+    }
+
+    template <typename F>
+    bool progress_until(F done, int seconds = 30) {
+        auto deadline = Clock::now() + std::chrono::seconds(seconds);
+        while (!done()) {
+            if (Clock::now() > deadline) return false;
+            loom_worker_progress(worker);
+        }
+        return true;
+    }
+
+    loom_status_t wait(loom_status_ptr_t r, std::size_t* length = nullptr, int seconds = 30) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        std::size_t ignored;
+        std::size_t* len = length ? length : &ignored;
+        if (!progress_until([&] { return loom_stream_recv_request_test(r, len) != LOOM_INPROGRESS; }, seconds)) {
+            return LOOM_ERR_TIMED_OUT;
+        }
+        loom_status_t s = loom_stream_recv_request_test(r, len);
+        loom_request_free(r);
+        return s;
+    }
+
+    loom_status_t recv_all(void* buf, std::size_t n, int seconds = 30) {
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+        p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+        std::size_t length = 0;
+        loom_status_ptr_t r = loom_stream_recv_nbx(ep, buf, n, &length, &p);
+        loom_status_t s = wait(r, &length, seconds);
+        return s == LOOM_OK && length != n ? LOOM_ERR_IO_ERROR : s;
+    }
+
+    ~Side() {
+        if (ep) {
+            loom_request_param_t p{};
+            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+            (void)loom_ep_close_nbx(ep, &p);
+        }
+        if (worker) loom_worker_destroy(worker);
+        if (ctx) loom_cleanup(ctx);
+    }
+};
+
+class UcpStreamMultiProcTest : public testing::TestWithParam<const char*> {};
+
+/** The child reads length-prefixed chunks and sends each back, until a zero length. */
+TEST_P(UcpStreamMultiProcTest, EchoChunks) {
+    const char* tls = GetParam();
+    ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls)) return 1;
+        ch.send(me.address());
+        auto parent = ch.recv();
+        if (!parent || !me.connect(*parent, false)) return 2;
+        std::vector<char> buf;
+        for (;;) {
+            std::uint64_t n = 0;
+            if (me.recv_all(&n, sizeof(n), 60) != LOOM_OK) return 3;
+            if (n == 0) break;
+            buf.resize(n);
+            if (me.recv_all(buf.data(), n, 60) != LOOM_OK) return 4;
+            if (me.wait(loom_stream_send_nbx(me.ep, buf.data(), n, nullptr)) != LOOM_OK) return 5;
+        }
+        return me.wait(loom_ep_flush_nbx(me.ep, nullptr)) == LOOM_OK ? 0 : 6;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child);
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, false));
+    unsigned seed = 1;
+    for (std::size_t size : {std::size_t{1}, std::size_t{100}, std::size_t{8000}, std::size_t{8200},
+                             std::size_t{70000}, std::size_t{1} << 20, std::size_t{4} << 20}) {
+        auto data = pattern(size, seed++);
+        std::uint64_t n = size;
+        ASSERT_EQ(LOOM_OK, me.wait(loom_stream_send_nbx(me.ep, &n, sizeof(n), nullptr)));
+        ASSERT_EQ(LOOM_OK, me.wait(loom_stream_send_nbx(me.ep, data.data(), size, nullptr)));
+        std::vector<char> back(size);
+        ASSERT_EQ(LOOM_OK, me.recv_all(back.data(), size)) << size;
+        ASSERT_TRUE(data == back) << "size " << size;
+    }
+    std::uint64_t zero = 0;
+    ASSERT_EQ(LOOM_OK, me.wait(loom_stream_send_nbx(me.ep, &zero, sizeof(zero), nullptr)));
+    int exit_code = -1000;
+    ASSERT_TRUE(me.progress_until([&] { return (exit_code = peer.wait(std::chrono::milliseconds(0))) != -1000; }, 60));
+    EXPECT_EQ(0, exit_code);
+}
+
+/** The sender dies while a WAITALL receive waits for more: the receive fails, nothing hangs. */
+TEST_P(UcpStreamMultiProcTest, PeerKilledFailsWaitingReceive) {
+    const char* tls = GetParam();
+    ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls)) return 1;
+        ch.send(me.address());
+        auto parent = ch.recv();
+        if (!parent || !me.connect(*parent, false)) return 2;
+        std::vector<char> half(5000, 7);
+        if (me.wait(loom_stream_send_nbx(me.ep, half.data(), half.size(), nullptr)) != LOOM_OK) return 3;
+        me.progress_until([] { return false; }, 120);  // killed meanwhile
+        return 4;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child);
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, true));
+    std::vector<char> buf(10000);
+    std::size_t length = 0;
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+    loom_status_ptr_t r = loom_stream_recv_nbx(me.ep, buf.data(), buf.size(), &length, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    // Half the bytes arrive, then the child goes.
+    ASSERT_TRUE(me.progress_until([&] {
+        std::size_t l;
+        return loom_stream_recv_request_test(r, &l) != LOOM_INPROGRESS || buf[4999] == 7;
+    })) << "the first half never came";
+    peer.kill(SIGKILL);
+    EXPECT_EQ(-SIGKILL, peer.wait());
+    loom_status_t s = me.wait(r, &length, 60);
+    EXPECT_NE(LOOM_OK, s);
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, s) << "the receive hung after its sender died";
+    EXPECT_EQ(1, me.errors);
+    // Later receives report the failure at once.
+    EXPECT_TRUE(LOOM_PTR_IS_ERR(loom_stream_recv_nbx(me.ep, buf.data(), 1, &length, nullptr)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpStreamMultiProcTest, testing::Values("shm", "tcp"),
+                         [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+}  // namespace
