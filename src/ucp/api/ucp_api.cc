@@ -5,6 +5,7 @@
  */
 #include "loom/ucp.h"
 
+#include "ucp/api/handles.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
@@ -17,12 +18,6 @@
 using namespace loom;
 using namespace loom::ucp;
 
-struct loom_context {
-    std::unique_ptr<Context> impl;
-};
-struct loom_worker {
-    std::unique_ptr<Worker> impl;
-};
 
 static_assert(sizeof(loom_dt_iov_t) == sizeof(DtIov));
 static_assert(sizeof(loom_tag_recv_info_t) == sizeof(TagRecvInfo));
@@ -157,9 +152,10 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             if (m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) cp.request_cleanup = params->request_cleanup;
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
-        if (cp.features & ~std::uint64_t{kFeatureTag | kFeatureWakeup}) {
-            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag (and wakeup via "
-                           "progress only)",
+        constexpr std::uint64_t kImplemented = kFeatureTag | kFeatureWakeup | kFeatureRma | kFeatureAmo32 | kFeatureAmo64;
+        if (cp.features & ~kImplemented) {
+            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag, RMA, AMO32, AMO64 (and "
+                           "wakeup via progress only)",
                            cp.features);
             return LOOM_ERR_UNSUPPORTED;
         }

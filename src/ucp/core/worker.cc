@@ -91,6 +91,7 @@ Status Worker::init() {
         LOOM_LOG_ERROR("ucp: no transport could be opened for the worker");
         return Status::no_device;
     }
+    if (Status s = rma_init(*this); s != Status::ok) return s;
     return tag_register_handlers(*this);
 }
 
@@ -151,8 +152,10 @@ unsigned Worker::check_flushes() {
             for (const Ep& e : eps) flushed = flushed && ep_flushed(&e);
         }
         if (!flushed) continue;
+        Status rma_status = Status::ok;
+        if (!rma_flush_done(*this, req, rma_status)) continue;  // RMA: remote completion
         decltype(flush_waiters)::remove(req);
-        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : Status::ok;
+        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : rma_status;
         if (req.flags & kReqClose) {
             ep_close_now(ep, false);
             status = Status::ok;
@@ -641,6 +644,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     }
     Status st = status;
     if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    rma_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
     auto it = ep_by_uuid.find(ep->remote_uuid);
@@ -656,6 +660,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
     Status st = status;
     if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    rma_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     tag_fail_peer_receives(*this, ep->remote_uuid, status);
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
