@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests of loom_perftest as a user runs it: every test kind in loopback mode, a client
 # and a server in two processes (the protocol-layer tag_* tests over LOOM_TLS=shm and
-# LOOM_TLS=tcp), and clear errors for bad options.
+# LOOM_TLS=tcp, and the RMA tests ucp_* too), and clear errors for bad options.
 . "${top_srcdir:-$(dirname "$0")/../..}/test/tools/tap.sh"
 pt="${top_builddir:-.}/tools/perftest/loom_perftest"
 final='^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$'
@@ -13,7 +13,9 @@ for t in "am_lat -D short" "am_lat -D bcopy -s 1000" "am_lat -D zcopy -s 4096" "
     check_output "self loopback: $t" "$final" timeout 60 "$pt" -l -x self -d memory -t $t $quick
 done
 for tls in self shm tcp; do
-    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4"; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" \
+             "ucp_put_lat" "ucp_put_bw" "ucp_put_bw -s 1048576 -O 4" "ucp_get" "ucp_get -s 65536 -O 8" \
+             "ucp_add" "ucp_add -s 4"; do
         LOOM_TLS=$tls check_output "LOOM_TLS=$tls loopback: $t" "$final" timeout 60 "$pt" -l -t $t -n 200 -w 10 -f
     done
 done
@@ -21,7 +23,9 @@ check_output "CSV output has a header and a row" '^[0-9]+,[0-9.]+,' "$pt" -l -x 
 check_output "help lists the tests"              'am_lat, am_bw, put_lat'   "$pt" -h
 check_output "help lists the ucp tests"          'tag_lat, tag_sync_lat, tag_bw' "$pt" -h
 check_output "unknown test is named"             "unknown test 'nope'"      "$pt" -t nope
-check_output "missing UCP tests are explained"   'only tag_lat, tag_sync_lat and tag_bw' "$pt" -t stream_bw
+check_output "help lists the ucp RMA tests"      'ucp_put_lat, ucp_put_bw, ucp_get, ucp_add' "$pt" -h
+check_output "missing UCP tests are explained"   'only tag_lat, tag_sync_lat, tag_bw, ucp_put_lat' "$pt" -t stream_bw
+check_output "an atomic is 4 or 8 bytes"         'invalid size 3 .an atomic is 4 or 8 bytes' "$pt" -l -t ucp_add -s 3
 check_output "a bad LOOM_TLS is named"           'loom_init failed'         env LOOM_TLS=nope "$pt" -l -t tag_lat
 check_output "bad size is named"                 "invalid size '12q'"       "$pt" -s 12q
 check_output "size lists are refused clearly"    'give one size'            "$pt" -s 8,16
@@ -63,7 +67,9 @@ pair() {
 }
 server_err=$(mktemp)
 for tls in shm tcp; do
-    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_bw -O 64"; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_bw -O 64" \
+             "ucp_put_lat" "ucp_put_lat -s 65536" "ucp_put_bw" "ucp_put_bw -s 1048576" "ucp_get" \
+             "ucp_get -s 1048576 -O 4" "ucp_add" "ucp_add -s 4 -O 16"; do
         pair "LOOM_TLS=$tls server and client: $t" $tls -t $t -n 300 -w 10 -f
     done
 done
@@ -72,15 +78,17 @@ rm -f "$server_err"
 # A server killed in the middle: the client stops at once with an error (well before its
 # 60 s no-progress timeout), since shm and tcp fail the endpoint.
 for tls in shm tcp; do
+  for t in tag_lat ucp_put_lat ucp_get; do
     port=$((20000 + RANDOM % 20000))
     pidfile=$(mktemp)
     # Started from a subshell, so that this shell does not report the kill.
     (LOOM_TLS=$tls "$pt" -p $port > /dev/null 2>&1 & echo $! > "$pidfile")
     (sleep 1; kill -9 "$(cat "$pidfile")") &
-    check_output "LOOM_TLS=$tls: the server dies mid-test, the client says so" 'the peer is gone|connection reset' \
-                 env LOOM_TLS=$tls timeout 30 "$pt" 127.0.0.1 -p $port -t tag_lat -n 1000000000 -f
+    check_output "LOOM_TLS=$tls: the server dies mid-$t, the client says so" 'the peer is gone|connection reset' \
+                 env LOOM_TLS=$tls timeout 30 "$pt" 127.0.0.1 -p $port -t $t -n 1000000000 -f
     wait
     rm -f "$pidfile"
+  done
 done
 port=$((20000 + RANDOM % 20000))
 LOOM_TLS=self "$pt" -p $port > /dev/null 2>&1 &

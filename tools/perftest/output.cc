@@ -15,6 +15,10 @@ const char* test_name(TestKind kind) {
     case TestKind::tag_lat: return "tag_lat";
     case TestKind::tag_sync_lat: return "tag_sync_lat";
     case TestKind::tag_bw: return "tag_bw";
+    case TestKind::ucp_put_lat: return "ucp_put_lat";
+    case TestKind::ucp_put_bw: return "ucp_put_bw";
+    case TestKind::ucp_get: return "ucp_get";
+    case TestKind::ucp_add: return "ucp_add";
     }
     return "?";
 }

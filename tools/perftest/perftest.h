@@ -5,7 +5,8 @@
  *   server:  loom_perftest [-p PORT] [-x TL -d DEV]
  *   client:  loom_perftest SERVER_HOST -t am_lat -x shm -d memory -s 8 -n 100000
  *   one process (loopback): loom_perftest -l -t am_lat -x self -d memory
- *   protocol layer (tag_lat, tag_sync_lat, tag_bw): LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
+ *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add):
+ *       LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *
  * The client sends its parameters to the server over an out-of-band TCP connection
  * (the same socket then carries addresses and barriers), both open the transport,
@@ -27,18 +28,26 @@ namespace loom::perftest {
 enum class TestKind : std::uint8_t {
     am_lat, am_bw, put_lat, put_bw, get_lat, get_bw,  // uct level: one transport, -x and -d
     tag_lat, tag_sync_lat, tag_bw,                     // ucp level: the C API, LOOM_TLS
+    ucp_put_lat, ucp_put_bw, ucp_get, ucp_add,         // ucp level: RMA and atomics (ucp_rma_runner.cc)
 };
-inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::tag_bw);
+inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::ucp_add);
+
+/** True for the protocol-layer RMA and atomic tests (run by run_ucp_rma_test). */
+constexpr bool is_ucp_rma_test(TestKind kind) {
+    return kind == TestKind::ucp_put_lat || kind == TestKind::ucp_put_bw || kind == TestKind::ucp_get ||
+           kind == TestKind::ucp_add;
+}
 
 /** True for the protocol-layer tests (run by run_ucp_test). */
 constexpr bool is_ucp_test(TestKind kind) {
-    return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw;
+    return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw ||
+           is_ucp_rma_test(kind);
 }
 
 /** True for ping-pong tests, which report one-way latency (round trip / 2). */
 constexpr bool is_latency_test(TestKind kind) {
     return kind == TestKind::am_lat || kind == TestKind::put_lat || kind == TestKind::get_lat ||
-           kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat;
+           kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::ucp_put_lat;
 }
 
 /** How the sender hands data to the transport (-D). */
@@ -160,5 +169,12 @@ Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptio
  * failure (the caller need not add one); waits give up after 60 s without progress.
  */
 Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
+
+/**
+ * Runs a protocol-layer RMA test (ucp_put_lat, ucp_put_bw, ucp_get, ucp_add; called by
+ * run_ucp_test), with ucx_perftest's semantics and the data checked; failures as
+ * run_ucp_test.
+ */
+Status run_ucp_rma_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
 
 }  // namespace loom::perftest
