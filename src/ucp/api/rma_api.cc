@@ -116,6 +116,7 @@ void* transfer(loom_ep_h ep_h, void* buffer, size_t count, uint64_t remote_addr,
             mapping = mapping_of(p, buffer, length, bad);
             if (bad) return status_ptr(Status::invalid_param);
         }
+        if (LOOM_UNLIKELY(length == 0)) return completed(w, p);
         if (!get && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
             // Short and bcopy: complete in the call, no request.
             Status s = rma_put_immediate(ep, buffer, length, remote_addr, rkey);

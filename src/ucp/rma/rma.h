@@ -51,6 +51,8 @@ struct RmaRkey {
     std::uint64_t remote_uuid;  ///< the endpoint it was unpacked on leads to this worker ...
     std::uint8_t iface;         ///< ... over this local iface
     std::uint8_t access;        ///< uct::MemAccess bits the owner granted
+    std::uint32_t put_short;    ///< that lane's put.max_short (0 without put_short): the put fast path
+    std::size_t put_bcopy;      ///< that lane's put.max_bcopy (0 without put_bcopy)
     std::uint64_t features;     ///< the context's LOOM_FEATURE_* bits
     const uct::Component* component;
     uct::Rkey handle;  ///< released through component
@@ -100,19 +102,49 @@ struct RmaArgs {
     bool no_imm = false;        ///< LOOM_OP_ATTR_FLAG_NO_IMM_CMPL
 };
 
+/** The status of a check of rma_check that failed (logged); out of line. */
+Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
+                        unsigned access);
+
 /**
  * Checks a put or get on @p ep through @p rkey: ok, or the status to return at once
  * (invalid_param for a key of another endpoint, access_denied outside the key, the
  * endpoint's failure, unsupported without the RMA feature), each logged.
  */
-Status rma_check(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length, unsigned access);
+LOOM_ALWAYS_INLINE Status rma_check(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr,
+                                    std::size_t length, unsigned access) {
+    if (LOOM_LIKELY(!(ep->flags & (kEpFailed | kEpClosing)) && rkey->remote_uuid == ep->remote_uuid &&
+                    rkey->iface == ep->lanes[rma_lane(ep)].iface && (rkey->features & kFeatureRma) &&
+                    rkey->allows(remote_addr, length, access))) {
+        return Status::ok;
+    }
+    return rma_check_failed(ep, rkey, remote_addr, length, access);
+}
+
+/** A put_bcopy of @p length bytes at @p buffer; what ep_put_bcopy returns. */
+ssize_t rma_put_bcopy_bytes(uct::Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
+                            std::uint64_t rkey);
 
 /**
  * A contiguous put of @p length bytes that needs no request: short or bcopy, nothing
- * queued before it. ok (done), no_resource (take the request path), or an error.
+ * queued before it, no fence waiting. ok (done), no_resource (take the request path),
+ * or an error. The caller checked the access (rma_check).
  */
-Status rma_put_immediate(Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
-                         const RmaRkey* rkey);
+LOOM_ALWAYS_INLINE Status rma_put_immediate(Ep* ep, const void* buffer, std::size_t length,
+                                            std::uint64_t remote_addr, const RmaRkey* rkey) {
+    const std::uint8_t lane = rma_lane(ep);
+    const std::uint32_t queued = lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+    if (LOOM_UNLIKELY(queued != 0 || (ep->rma_flags & kRmaFence))) return Status::no_resource;
+    uct::Ep* uep = ep->lanes[lane].ep;
+    if (length <= rkey->put_short) {
+        return uct::ep_put_short(uep, buffer, static_cast<unsigned>(length), remote_addr, rkey->uct_rkey);
+    }
+    if (length <= rkey->put_bcopy) {
+        ssize_t n = rma_put_bcopy_bytes(uep, buffer, length, remote_addr, rkey->uct_rkey);
+        return n < 0 ? static_cast<Status>(n) : Status::ok;
+    }
+    return Status::no_resource;
+}
 
 /** Starts put (@p get false) or get request @p req, whose rma.dt is set; the request completes itself. */
 void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, bool get,

@@ -24,6 +24,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -298,6 +299,11 @@ Result<RmaRkey*> rkey_unpack(Ep* ep, const void* data, std::size_t length) {
     rkey->remote_uuid = ep->remote_uuid;
     rkey->iface = ep->lanes[lane].iface;
     rkey->access = access;
+    rkey->put_short =
+        (wi.attr.cap_flags & uct::kCapPutShort)
+            ? static_cast<std::uint32_t>(std::min<std::size_t>(wi.attr.put.max_short, UINT32_MAX))
+            : 0;
+    rkey->put_bcopy = (wi.attr.cap_flags & uct::kCapPutBcopy) ? wi.attr.put.max_bcopy : 0;
     rkey->features = features;
     rkey->component = wi.rsc->component;
     rkey->handle = *unpacked;

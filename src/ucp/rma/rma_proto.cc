@@ -75,24 +75,27 @@ void finish(Request* req, Status status, const RmaOp* op) {
     req->worker->complete(req, status);
 }
 
+/** What the end of record @p op means for its request @p req (which is out of the id table). */
+void op_settle(Request* req, RmaOp* op) {
+    req->rma.op = nullptr;
+    if (op->comp.status != Status::ok && req->rma.error == Status::ok) req->rma.error = op->comp.status;
+    if (req->flags & kReqFlush) {
+        if (op->last) req->rma.phase = kFlushDone;
+    } else if (op->last) {
+        finish(req, Status::ok, op);
+    }
+    // Otherwise the request waits in a pending queue and takes a new record when it resumes.
+}
+
 void op_done(uct::Completion* comp) {
     auto* op = reinterpret_cast<RmaOp*>(reinterpret_cast<char*>(comp) - offsetof(RmaOp, comp));
     Worker& w = *op->worker;
     // nullptr when the request completed meanwhile (peer failure, forced close): nothing to do.
-    if (Request* req = w.req_table.take(op->req_id)) {
-        req->rma.op = nullptr;
-        if (comp->status != Status::ok && req->rma.error == Status::ok) req->rma.error = comp->status;
-        if (req->flags & kReqFlush) {
-            if (op->last) req->rma.phase = kFlushDone;
-        } else if (op->last) {
-            finish(req, Status::ok, op);
-        }
-        // Otherwise the request waits in a pending queue and takes a new record when it resumes.
-    }
+    if (Request* req = w.req_table.take(op->req_id)) op_settle(req, op);
     w.rma_ops.put(op);
 }
 
-/** @p req's record with one more issuing reference; a new record (and request id) when it has none. */
+/** @p req's record with one more issuing reference; a new record when it has none. */
 RmaOp* op_acquire(Request* req) {
     if (RmaOp* op = req->rma.op) {
         ++op->comp.count;
@@ -101,26 +104,48 @@ RmaOp* op_acquire(Request* req) {
     Worker& w = *req->worker;
     auto* op = static_cast<RmaOp*>(w.rma_ops.get());
     if (LOOM_UNLIKELY(op == nullptr)) return nullptr;
-    if (req->id == 0 && w.req_table.insert(req) != Status::ok) {
-        w.rma_ops.put(op);
-        return nullptr;
-    }
     op->comp.func = op_done;
     op->comp.count = 1;
     op->comp.status = Status::ok;
     op->worker = &w;
-    op->req_id = w.req_table.wire_id(req);
+    op->req_id = 0;
     op->fetched = 0;
     op->last = false;
     req->rma.op = op;
     return op;
 }
 
-/** Drops the issuing reference; @p last: the request issued everything. May complete it. */
+/**
+ * Drops the issuing reference; @p last: the request issued everything. With nothing in
+ * flight the record ends here (the common case of transports that complete in the call);
+ * otherwise the request gets an id, by which the last transfer to finish finds it.
+ */
 void op_release(Request* req, bool last) {
     RmaOp* op = req->rma.op;
+    Worker& w = *op->worker;
     op->last = last;
-    uct::completion_update(&op->comp, Status::ok);
+    if (op->comp.count == 1) {
+        op->comp.count = 0;
+        if (req->id != 0) w.req_table.remove(req);
+        op_settle(req, op);
+        w.rma_ops.put(op);
+        return;
+    }
+    if (req->id == 0 && LOOM_UNLIKELY(w.req_table.insert(req) != Status::ok)) {
+        // Nothing could find the request later: fail it now; its transfers end unseen.
+        LOOM_LOG_ERROR("ucp: out of memory for the id of an RMA request; it fails");
+        req->rma.op = nullptr;
+        --op->comp.count;  // the record ends with its last transfer (op_done finds no request)
+        if (req->flags & kReqFlush) {
+            req->rma.error = Status::no_memory;
+            req->rma.phase = kFlushDone;
+        } else {
+            finish(req, Status::no_memory, nullptr);
+        }
+        return;
+    }
+    op->req_id = w.req_table.wire_id(req);
+    --op->comp.count;  // transfers remain: no callback here
 }
 
 /** Issues one transfer counted in @p op; returns what the transport returned, the count adjusted. */
@@ -451,36 +476,20 @@ Status rma_init(Worker& w) {
     return w.rma_ops.init(std::move(p));
 }
 
-Status rma_check(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
-                 unsigned access) {
-    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) return ep_unusable(ep);
-    if (LOOM_UNLIKELY(rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface)) {
+Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
+                        unsigned access) {
+    if (ep->flags & (kEpFailed | kEpClosing)) return ep_unusable(ep);
+    if (rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface) {
         return foreign_key(ep, rkey);
     }
-    if (LOOM_UNLIKELY(!(rkey->features & kFeatureRma)))
-        return missing_feature("put and get", "LOOM_FEATURE_RMA");
-    if (LOOM_UNLIKELY(!rkey->allows(remote_addr, length, access))) {
-        return outside_key(rkey, remote_addr, length, access);
-    }
-    return Status::ok;
+    if (!(rkey->features & kFeatureRma)) return missing_feature("put and get", "LOOM_FEATURE_RMA");
+    return outside_key(rkey, remote_addr, length, access);
 }
 
-Status rma_put_immediate(Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
-                         const RmaRkey* rkey) {
-    const std::uint8_t lane = rma_lane(ep);
-    if (LOOM_UNLIKELY((ep->rma_flags & kRmaFence) || queued_on_lane(ep, lane) != 0))
-        return Status::no_resource;
-    const uct::IfaceAttr& attr = lane_iface(ep, lane).attr;
-    uct::Ep* uep = ep->lanes[lane].ep;
-    if (length <= attr.put.max_short && (attr.cap_flags & uct::kCapPutShort)) {
-        return uct::ep_put_short(uep, buffer, static_cast<unsigned>(length), remote_addr, rkey->uct_rkey);
-    }
-    if (length <= attr.put.max_bcopy && (attr.cap_flags & uct::kCapPutBcopy)) {
-        BytesArg arg{buffer, length};
-        ssize_t n = uct::ep_put_bcopy(uep, pack_bytes, &arg, remote_addr, rkey->uct_rkey);
-        return n < 0 ? static_cast<Status>(n) : Status::ok;
-    }
-    return Status::no_resource;
+ssize_t rma_put_bcopy_bytes(uct::Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
+                            std::uint64_t rkey) {
+    BytesArg arg{buffer, length};
+    return uct::ep_put_bcopy(ep, pack_bytes, &arg, remote_addr, rkey);
 }
 
 void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, bool get,
