@@ -18,7 +18,6 @@
 using namespace loom;
 using namespace loom::ucp;
 
-
 static_assert(sizeof(loom_dt_iov_t) == sizeof(DtIov));
 static_assert(sizeof(loom_tag_recv_info_t) == sizeof(TagRecvInfo));
 
@@ -152,7 +151,8 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             if (m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) cp.request_cleanup = params->request_cleanup;
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
-        constexpr std::uint64_t kImplemented = kFeatureTag | kFeatureWakeup | kFeatureRma | kFeatureAmo32 | kFeatureAmo64;
+        constexpr std::uint64_t kImplemented =
+            kFeatureTag | kFeatureWakeup | kFeatureRma | kFeatureAmo32 | kFeatureAmo64;
         if (cp.features & ~kImplemented) {
             LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag, RMA, AMO32, AMO64 (and "
                            "wakeup via progress only)",
