@@ -407,9 +407,11 @@ Status run_stream_client(const Params& params, RmaUcp& ucp, Region& local, const
     };
     const char* what = op_name(params.test);
     std::unique_ptr<Meter> meter;
+    std::uint32_t next = 0;  // the slot of operation i (i % window, without a division per operation)
     for (std::uint64_t i = 0; i < total; ++i) {
         if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
-        loom_status_ptr_t& slot = inflight[i % window];
+        loom_status_ptr_t& slot = inflight[next];
+        next = next + 1 == window ? 0 : next + 1;
         if (slot != nullptr) {  // the operation `window` ago: wait until it completed
             loom_status_t s = ucp.wait(slot);
             slot = nullptr;

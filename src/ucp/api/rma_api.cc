@@ -100,8 +100,9 @@ void* transfer(loom_ep_h ep_h, void* buffer, size_t count, uint64_t remote_addr,
                const loom_request_param_t* p, bool get) {
     Ep* ep = E(ep_h);
     const RmaRkey* rkey = K(rkey_h);
-    if (LOOM_UNLIKELY(ep == nullptr || rkey == nullptr))
-        return bad_param("put/get: null endpoint or remote key");
+    if (LOOM_UNLIKELY(ep == nullptr || rkey == nullptr || (buffer == nullptr && count != 0))) {
+        return bad_param("put/get: null endpoint, remote key or buffer");
+    }
     const unsigned access = get ? uct::kAccessRemoteGet : uct::kAccessRemotePut;
     const Datatype dt = dt_of(p);
     Worker& w = *ep->worker;

@@ -311,6 +311,14 @@ TEST_P(UcpRmaTest, ZeroLengthCompletesAtOnce) {
     loom_rkey_h k = rkey_of(m);
     EXPECT_EQ(nullptr, loom_put_nbx(ep_, m.address, 0, addr(m.address), k, nullptr));
     EXPECT_EQ(nullptr, loom_get_nbx(ep_, m.address, 0, addr(m.address + 64), k, nullptr));
+    EXPECT_EQ(nullptr, loom_put_nbx(ep_, nullptr, 0, addr(m.address), k, nullptr));
+    // A null buffer, endpoint or key with data to move is refused.
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, LOOM_PTR_STATUS(loom_put_nbx(ep_, nullptr, 8, addr(m.address), k, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, LOOM_PTR_STATUS(loom_get_nbx(ep_, nullptr, 8, addr(m.address), k, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM,
+              LOOM_PTR_STATUS(loom_put_nbx(ep_, m.address, 8, addr(m.address), nullptr, nullptr)));
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM,
+              LOOM_PTR_STATUS(loom_get_nbx(nullptr, m.address, 8, addr(m.address), k, nullptr)));
 }
 
 TEST_P(UcpRmaTest, IovPutAndUnsupportedDatatypes) {
