@@ -77,7 +77,10 @@ inline std::uint8_t rma_lane(const Ep* ep) {
 
 // --- memory (rma_mem.cc) -------------------------------------------------------------------
 
-/** Maps memory: see loom_mem_map. @p flags are LOOM_MEM_MAP_* values, @p access MemAccess bits. */
+/**
+ * Maps @p length bytes at @p address, or allocates them (@p allocate), with @p access
+ * (uct::MemAccess bits): see loom_mem_map. The status of the transport that refused.
+ */
 Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool allocate, unsigned access);
 
 /** Releases a mapping; invalid_param (logged) for one of another context. */
