@@ -6,8 +6,10 @@ ucp test options between two processes on this host, alternating Loom and UCX fo
 every repeat so drift on the machine hits both, and prints one markdown table: the
 median of each side and a ratio that is below 1 when Loom is better:
 
-    latency (tag_lat, ucp_am_lat, stream_lat; one-way p50 and overall average, usec):  Loom / UCX
-    bandwidth (tag_bw, ucp_am_bw, stream_bw; MB/s) and message rate (msg/s):           UCX / Loom
+    latency (tag_lat, ucp_am_lat, stream_lat, ucp_put_lat: one-way p50 and overall
+             average; ucp_get: one get, usec):                             Loom / UCX
+    bandwidth (tag_bw, ucp_am_bw, stream_bw, ucp_put_bw, ucp_get -O 8, MB/s) and message
+             rate (msg/s):                                                 UCX / Loom
 
 Transports are chosen as the applications do: LOOM_TLS for Loom, UCX_TLS for UCX
 (shm: LOOM_TLS=shm against UCX_TLS=shm, UCX's alias for posix, sysv and cma;
@@ -55,6 +57,14 @@ CASES = [
     ("stream_lat 64 KiB", "lat", f"-t stream_lat -s {64 * KIB}", 10000, 500),
     ("stream_bw 1 MiB", "bw", f"-t stream_bw -s {MIB}", 1000, 50),
     ("stream_bw 8 B -O 64 (message rate)", "mr", "-t stream_bw -s 8 -O 64", 1000000, 10000),
+    # RMA and atomics (ucx_perftest's defaults: put_bw keeps 32 in flight, get and add 1)
+    ("ucp_put_lat 8 B", "lat", "-t ucp_put_lat -s 8", 100000, 5000),
+    ("ucp_put_lat 64 KiB", "lat", f"-t ucp_put_lat -s {64 * KIB}", 10000, 500),
+    ("ucp_get 8 B", "lat", "-t ucp_get -s 8", 10000, 500),
+    ("ucp_put_bw 1 MiB", "bw", f"-t ucp_put_bw -s {MIB}", 1000, 50),
+    ("ucp_get 1 MiB -O 8", "bw", f"-t ucp_get -s {MIB} -O 8", 500, 20),
+    ("ucp_put_bw 8 B (message rate)", "mr", "-t ucp_put_bw -s 8", 1000000, 10000),
+    ("ucp_add 8 B (message rate)", "mr", "-t ucp_add -s 8", 1000000, 10000),
 ]
 
 

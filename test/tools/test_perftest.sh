@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests of loom_perftest as a user runs it: every test kind in loopback mode, a client
-# and a server in two processes (the protocol-layer tag_*, ucp_am_* and stream_* tests
-# over LOOM_TLS=shm and LOOM_TLS=tcp), and clear errors for bad options.
+# and a server in two processes (the protocol-layer tag_*, ucp_am_*, stream_* tests and
+# the RMA tests ucp_* over LOOM_TLS=shm and LOOM_TLS=tcp), and clear errors for bad options.
 . "${top_srcdir:-$(dirname "$0")/../..}/test/tools/tap.sh"
 pt="${top_builddir:-.}/tools/perftest/loom_perftest"
 final='^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$'
@@ -13,7 +13,9 @@ for t in "am_lat -D short" "am_lat -D bcopy -s 1000" "am_lat -D zcopy -s 4096" "
     check_output "self loopback: $t" "$final" timeout 60 "$pt" -l -x self -d memory -t $t $quick
 done
 for tls in self shm tcp; do
-    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4"; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" \
+             "ucp_put_lat" "ucp_put_bw" "ucp_put_bw -s 1048576 -O 4" "ucp_get" "ucp_get -s 65536 -O 8" \
+             "ucp_add" "ucp_add -s 4"; do
         LOOM_TLS=$tls check_output "LOOM_TLS=$tls loopback: $t" "$final" timeout 60 "$pt" -l -t $t -n 200 -w 10 -f
     done
     for t in "ucp_am_lat" "ucp_am_bw" "ucp_am_lat -s 1048576" "ucp_am_bw -s 1048576 -O 4" \
@@ -26,7 +28,9 @@ check_output "help lists the tests"              'am_lat, am_bw, put_lat'   "$pt
 check_output "help lists the ucp tests"          'tag_lat, tag_sync_lat, tag_bw' "$pt" -h
 check_output "help lists the am and stream tests" 'ucp_am_lat, ucp_am_bw, stream_lat, stream_bw' "$pt" -h
 check_output "unknown test is named"             "unknown test 'nope'"      "$pt" -t nope
+check_output "help lists the ucp RMA tests"      'ucp_put_lat, ucp_put_bw, ucp_get, ucp_add' "$pt" -h
 check_output "missing UCP tests are explained"   'only tag_lat, tag_sync_lat, tag_bw' "$pt" -t tag_sync_bw
+check_output "an atomic is 4 or 8 bytes"         'invalid size 3 .an atomic is 4 or 8 bytes' "$pt" -l -t ucp_add -s 3
 check_output "a bad LOOM_TLS is named"           'loom_init failed'         env LOOM_TLS=nope "$pt" -l -t tag_lat
 check_output "bad size is named"                 "invalid size '12q'"       "$pt" -s 12q
 check_output "size lists are refused clearly"    'give one size'            "$pt" -s 8,16
@@ -68,7 +72,9 @@ pair() {
 }
 server_err=$(mktemp)
 for tls in shm tcp; do
-    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_bw -O 64"; do
+    for t in "tag_lat" "tag_sync_lat" "tag_bw" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_bw -O 64" \
+             "ucp_put_lat" "ucp_put_lat -s 65536" "ucp_put_bw" "ucp_put_bw -s 1048576" "ucp_get" \
+             "ucp_get -s 1048576 -O 4" "ucp_add" "ucp_add -s 4 -O 16"; do
         pair "LOOM_TLS=$tls server and client: $t" $tls -t $t -n 300 -w 10 -f
     done
     for t in "ucp_am_lat" "ucp_am_bw" "ucp_am_lat -s 65536" "ucp_am_bw -s 1048576 -O 4" \
@@ -81,7 +87,7 @@ rm -f "$server_err"
 # A server killed in the middle: the client stops at once with an error (well before its
 # 60 s no-progress timeout), since shm and tcp fail the endpoint.
 for tls in shm tcp; do
-  for t in tag_lat ucp_am_lat stream_lat; do
+  for t in tag_lat ucp_am_lat stream_lat ucp_put_lat ucp_get; do
     port=$((20000 + RANDOM % 20000))
     pidfile=$(mktemp)
     # Started from a subshell, so that this shell does not report the kill.

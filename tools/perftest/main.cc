@@ -33,16 +33,18 @@ void usage(FILE* out) {
                  "  -t <test>     transport level (one transport, -x and -d):\n"
                  "                  am_lat, am_bw, put_lat, put_bw, get (or get_lat), get_bw\n"
                  "                protocol level (the C API, transports from LOOM_TLS):\n"
-                 "                  tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw\n"
+                 "                  tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw,\n"
+                 "                  ucp_put_lat, ucp_put_bw, ucp_get, ucp_add\n"
                  "                  (ucp_am_*: no active-message header, as ucx_perftest's default -H 0)\n"
                  "  -x <tl>       transport (see loom_info -d), e.g. shm, tcp, self; for protocol-level tests\n"
                  "                optional: sets LOOM_TLS=<tl> in both processes\n"
                  "  -d <device>   device of the transport, e.g. memory, lo, eth0 (ignored at protocol level)\n"
                  "  -D <layout>   short (default), bcopy or zcopy (ignored at protocol level)\n"
-                 "  -s <size>     message size in bytes (8)\n"
+                 "  -s <size>     message size in bytes (8); ucp_add: the atomic's size, 4 or 8\n"
                  "  -n <iters>    measured iterations (1000000)\n"
                  "  -w <iters>    warm-up iterations (10000)\n"
-                 "  -O <count>    outstanding operations (window) for bandwidth tests (ucp *_bw: 32)\n"
+                 "  -O <count>    outstanding operations (window) for bandwidth tests (tag_bw, ucp_am_bw,\n"
+                 "                stream_bw, ucp_put_bw: 32; ucp_get, ucp_add: 1)\n"
                  "  -W <count>    flow-control window of am_bw (127)\n"
                  "  -R <rank>     percentile reported in the first latency column (50.0)\n"
                  "  -c <cpu>      pin this process to a CPU\n"
@@ -72,6 +74,8 @@ bool parse_test(const std::string& name, TestKind& kind) {
         {"get_bw", TestKind::get_bw}, {"tag_lat", TestKind::tag_lat}, {"tag_sync_lat", TestKind::tag_sync_lat},
         {"tag_bw", TestKind::tag_bw}, {"ucp_am_lat", TestKind::ucp_am_lat}, {"ucp_am_bw", TestKind::ucp_am_bw},
         {"stream_lat", TestKind::stream_lat}, {"stream_bw", TestKind::stream_bw},
+        {"tag_bw", TestKind::tag_bw}, {"ucp_put_lat", TestKind::ucp_put_lat}, {"ucp_put_bw", TestKind::ucp_put_bw},
+        {"ucp_get", TestKind::ucp_get}, {"ucp_add", TestKind::ucp_add},
     };
     for (const auto& [n, k] : kNames) {
         if (name == n) {
@@ -156,7 +160,8 @@ int main(int argc, char** argv) {
                              std::strncmp(optarg, "tag", 3) == 0 || std::strncmp(optarg, "ucp", 3) == 0 ||
                                      std::strncmp(optarg, "stream", 6) == 0
                                  ? " (of ucx_perftest's UCP tests, only tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, "
-                                   "ucp_am_bw, stream_lat and stream_bw exist here)"
+                                   "ucp_am_bw, stream_lat, stream_bw, ucp_put_lat, ucp_put_bw, ucp_get and ucp_add "
+                                   "exist here)"
                                  : " (see -h)");
                 return 2;
             }

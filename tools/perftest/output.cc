@@ -19,6 +19,10 @@ const char* test_name(TestKind kind) {
     case TestKind::ucp_am_bw: return "ucp_am_bw";
     case TestKind::stream_lat: return "stream_lat";
     case TestKind::stream_bw: return "stream_bw";
+    case TestKind::ucp_put_lat: return "ucp_put_lat";
+    case TestKind::ucp_put_bw: return "ucp_put_bw";
+    case TestKind::ucp_get: return "ucp_get";
+    case TestKind::ucp_add: return "ucp_add";
     }
     return "?";
 }

@@ -7,6 +7,8 @@
  *   one process (loopback): loom_perftest -l -t am_lat -x self -d memory
  *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw):
  *            LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
+ *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add):
+ *       LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *
  * The client sends its parameters to the server over an out-of-band TCP connection
  * (the same socket then carries addresses and barriers), both open the transport,
@@ -29,21 +31,26 @@ enum class TestKind : std::uint8_t {
     am_lat, am_bw, put_lat, put_bw, get_lat, get_bw,  // uct level: one transport, -x and -d
     tag_lat, tag_sync_lat, tag_bw,                     // ucp level: the C API, LOOM_TLS
     ucp_am_lat, ucp_am_bw, stream_lat, stream_bw,      // ucp level: active messages, streams
+    ucp_put_lat, ucp_put_bw, ucp_get, ucp_add,         // ucp level: RMA and atomics (ucp_rma_runner.cc)
 };
-inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::stream_bw);
+inline constexpr std::uint8_t kLastTestKind = static_cast<std::uint8_t>(TestKind::ucp_add);
+constexpr bool is_ucp_rma_test(TestKind kind) {
+    return kind == TestKind::ucp_put_lat || kind == TestKind::ucp_put_bw || kind == TestKind::ucp_get ||
+           kind == TestKind::ucp_add;
+}
 
 /** True for the protocol-layer tests (run by run_ucp_test). */
 constexpr bool is_ucp_test(TestKind kind) {
     return kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::tag_bw ||
            kind == TestKind::ucp_am_lat || kind == TestKind::ucp_am_bw || kind == TestKind::stream_lat ||
-           kind == TestKind::stream_bw;
+           kind == TestKind::stream_bw || is_ucp_rma_test(kind);
 }
 
 /** True for ping-pong tests, which report one-way latency (round trip / 2). */
 constexpr bool is_latency_test(TestKind kind) {
     return kind == TestKind::am_lat || kind == TestKind::put_lat || kind == TestKind::get_lat ||
            kind == TestKind::tag_lat || kind == TestKind::tag_sync_lat || kind == TestKind::ucp_am_lat ||
-           kind == TestKind::stream_lat;
+           kind == TestKind::stream_lat || kind == TestKind::ucp_put_lat;
 }
 
 /** How the sender hands data to the transport (-D). */
@@ -166,5 +173,12 @@ Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptio
  * failure (the caller need not add one); waits give up after 60 s without progress.
  */
 Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
+
+/**
+ * Runs a protocol-layer RMA test (ucp_put_lat, ucp_put_bw, ucp_get, ucp_add; called by
+ * run_ucp_test), with ucx_perftest's semantics and the data checked; failures as
+ * run_ucp_test.
+ */
+Status run_ucp_rma_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report);
 
 }  // namespace loom::perftest

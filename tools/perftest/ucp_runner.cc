@@ -878,6 +878,7 @@ Status run_am_stream(Ucp& ucp, const Params& params, Role role, const OutputOpti
 }  // namespace
 
 Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptions& out, Report& report) {
+    if (is_ucp_rma_test(params.test)) return run_ucp_rma_test(params, role, oob, out, report);
     Ucp ucp(params);
     if (Status s = ucp.open(); s != Status::ok) return s;
     if (role == Role::loopback) {

@@ -6,6 +6,8 @@
 #include "loom/ucp.h"
 
 #include "ucp/core/listener.h"
+#include "ucp/api/api_common.h"
+#include "ucp/api/handles.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
@@ -19,27 +21,18 @@
 
 using namespace loom;
 using namespace loom::ucp;
+using namespace loom::ucp::api;
 
-struct loom_context {
-    std::unique_ptr<Context> impl;
-};
-struct loom_worker {
-    std::unique_ptr<Worker> impl;
-};
 struct loom_listener {
     std::unique_ptr<Listener> impl;
 };
-
 static_assert(sizeof(loom_dt_iov_t) == sizeof(DtIov));
 static_assert(sizeof(loom_tag_recv_info_t) == sizeof(TagRecvInfo));
 
 namespace {
 
 Worker* W(loom_worker_h w) { return w->impl.get(); }
-Ep* E(loom_ep_h ep) { return reinterpret_cast<Ep*>(ep); }
 loom_ep_h H(Ep* ep) { return reinterpret_cast<loom_ep_h>(ep); }
-loom_status_t C(Status s) { return static_cast<loom_status_t>(s); }
-void* status_ptr(Status s) { return reinterpret_cast<void*>(static_cast<std::intptr_t>(s)); }
 
 template <typename F>
 loom_status_t guarded(F&& f) {
@@ -55,49 +48,6 @@ loom_status_t guarded(F&& f) {
 
 /** How long a client's loom_ep_create waits for the server's answer. */
 constexpr int kConnectTimeoutMs = 10000;
-
-std::uint32_t attr(const loom_request_param_t* p) { return p ? p->op_attr_mask : 0; }
-
-Datatype dt_of(const loom_request_param_t* p) {
-    return (attr(p) & LOOM_OP_ATTR_FIELD_DATATYPE) ? p->datatype : dt_make_contig(1);
-}
-
-/** A request for an operation: the caller's memory or the pool; nullptr without memory. */
-Request* new_request(Worker& w, const loom_request_param_t* p) {
-    Request* req = (attr(p) & LOOM_OP_ATTR_FIELD_REQUEST) ? w.init_caller_request(p->request) : w.alloc_request();
-    if (req == nullptr) return nullptr;
-    if (attr(p) & LOOM_OP_ATTR_FIELD_USER_DATA) req->user_data = p->user_data;
-    if (attr(p) & LOOM_OP_ATTR_FIELD_CALLBACK) req->cb.send = reinterpret_cast<SendCallback>(p->cb.send);
-    return req;
-}
-
-/** What an _nbx call returns for @p req once its first step ran. */
-void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) {
-    if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
-        Status s = req->status;
-        if ((req->flags & kReqRecv) && (attr(p) & LOOM_OP_ATTR_FIELD_RECV_INFO) && p->recv_info.tag_recv) {
-            if (req->flags & kReqRecvLength) {
-                *p->recv_info.length = req->recv.info.length;  // active-message data
-            } else {
-                std::memcpy(p->recv_info.tag_recv, &req->recv.info, sizeof(TagRecvInfo));
-            }
-        }
-        w.release(req);
-        return status_ptr(s);
-    }
-    req->flags |= kReqHandedOut;
-    return handle_of(req);
-}
-
-/** An operation that completed without a request, under NO_IMM_CMPL: make one, completed. */
-void* completed_request(Worker& w, Status s, const loom_request_param_t* p) {
-    if (!(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) return status_ptr(s);
-    Request* req = new_request(w, p);
-    if (req == nullptr) return status_ptr(Status::no_memory);
-    req->status = s;
-    req->flags |= kReqCompleted | kReqHandedOut;
-    return handle_of(req);
-}
 
 void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag, const loom_request_param_t* p,
                bool sync) {
@@ -171,8 +121,11 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             if (m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) cp.request_cleanup = params->request_cleanup;
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
-        if (cp.features & ~std::uint64_t{kFeatureTag | kFeatureWakeup | kFeatureAm | kFeatureStream}) {
-            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag, am, stream and wakeup",
+        constexpr std::uint64_t kImplemented = kFeatureTag | kFeatureWakeup | kFeatureAm | kFeatureStream |
+                                               kFeatureRma | kFeatureAmo32 | kFeatureAmo64;
+        if (cp.features & ~kImplemented) {
+            LOOM_LOG_ERROR("ucp: features {:#x} requested; this version implements tag, am, stream, RMA, AMO32, "
+                           "AMO64 and wakeup",
                            cp.features);
             return LOOM_ERR_UNSUPPORTED;
         }

@@ -58,6 +58,8 @@ public:
     ucs::List<Request, &Request::ep_link> outstanding;  ///< sends not yet complete
     ucs::ListLink worker_link;
     Status failure;
+    std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these two fill padding
+    std::uint32_t rma_pending;    ///< RMA requests queued on an RMA lane that is not the AM lane
     EpErrorCallback on_error;
     void* on_error_arg;
     void* user_data;

@@ -51,6 +51,8 @@ enum ReqFlags : std::uint16_t {
     kReqClose = 1u << 11,      ///< a flush that closes its endpoint when done
     kReqWaitAll = 1u << 14,    ///< stream receive: complete only once the buffer is full
     kReqRecvLength = 1u << 15, ///< a receive whose callback is a RecvLengthCallback (recv.info.length)
+    kReqRma = 1u << 12,        ///< an RMA or atomic operation (src/ucp/rma; rma fields, in Ep::outstanding)
+    kReqRmaFlush = 1u << 13,   ///< a flush whose transport-level RMA flush started (rma fields valid)
 };
 
 /** What the protocol does with the request next. */
@@ -105,6 +107,34 @@ struct Request {
             std::uint8_t lane;
             uct::PendingReq pending;
         } recv;
+        /**
+         * RMA and atomics (src/ucp/rma/rma_proto.cc), and the RMA part of a flush. Laid out
+         * like `send` up to `lane` (asserted there): the worker queues, purges and completes
+         * these requests as sends (send.ep, send.progress, send.pending; a registration in
+         * send.memh on lane send.rndv_lane when kReqRndv is set).
+         */
+        struct {
+            Ep* ep;
+            DtState dt;                ///< the local buffer
+            std::uint64_t remote_addr;
+            std::size_t offset;        ///< bytes issued so far
+            std::uint64_t uct_rkey;    ///< the lane's remote key
+            ProtoProgress progress;
+            uct::PendingReq pending;
+            uct::MemH memh;            ///< the local buffer, registered for this operation (kReqRndv)
+            struct RmaOp* op;          ///< completion record of the transfers in flight, or nullptr
+            std::uint8_t lane;
+            std::uint8_t opcode;       ///< atomics: uct::AtomicOp
+            std::uint8_t size;         ///< atomics: 4 or 8
+            std::uint8_t fence;        ///< fence the lane before the first transfer
+            std::uint8_t phase;        ///< flush: RmaFlushPhase
+            Status error;              ///< the first error of a transfer that already finished
+            const struct Mem* mapping; ///< the caller's mapping of the local buffer, or nullptr
+            std::uint64_t value;       ///< atomics: the operand
+            std::uint64_t compare;     ///< cswap: the value to compare with
+            void* reply;               ///< fetching atomics: the caller's reply buffer
+            std::uint32_t ifaces;      ///< worker flush: ifaces whose flush is still to start
+        } rma;
     };
 };
 

@@ -3,6 +3,7 @@
 #include "ucp/core/listener.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/tag_proto.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -127,6 +128,7 @@ Status Worker::init() {
     if (context.params().features & kFeatureWakeup) {
         if (Status s = init_wakeup(); s != Status::ok) return s;
     }
+    if (Status s = rma_init(*this); s != Status::ok) return s;
     return tag_register_handlers(*this);
 }
 
@@ -295,8 +297,10 @@ unsigned Worker::check_flushes() {
             for (const Ep& e : eps) flushed = flushed && ep_flushed(&e);
         }
         if (!flushed) continue;
+        Status rma_status = Status::ok;
+        if (!rma_flush_done(*this, req, rma_status)) continue;  // RMA: remote completion
         decltype(flush_waiters)::remove(req);
-        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : Status::ok;
+        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : rma_status;
         if (req.flags & kReqClose) {
             ep_close_now(ep, false);
             status = Status::ok;
@@ -787,11 +791,31 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
 
 namespace {
 
+/** What purging an endpoint's AM lane queue hands to purge_cb. */
+struct Purge {
+    Status status;
+    std::vector<uct::PendingReq*> receives;  ///< rendezvous GETs queued there: run after the purge
+};
+
 void purge_cb(uct::PendingReq* pending, void* arg) {
+    auto* purge = static_cast<Purge*>(arg);
+    if (is_rndv_get_pending(pending)) {
+        // A receive's GETs, laid out as recv.pending, not a send: retried once the endpoint
+        // is marked failed, they fail their receive (and tell the sender if it can hear).
+        purge->receives.push_back(pending);
+        return;
+    }
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
-    auto status = *static_cast<Status*>(arg);
     --req->send.ep->num_pending;
-    req->worker->complete(req, status);
+    req->worker->complete(req, purge->status);
+}
+
+/** Purges @p ep's AM lane queue: sends complete with @p status, receives' GETs fail. */
+void purge_am_lane(Ep* ep, Status status) {
+    if (ep->am_ep == nullptr) return;
+    Purge purge{status, {}};
+    uct::ep_pending_purge(ep->am_ep, purge_cb, &purge);
+    for (uct::PendingReq* pending : purge.receives) (void)pending->func(pending);
 }
 
 }  // namespace
@@ -802,8 +826,12 @@ void Worker::ep_destroy(Ep* ep, Status status) {
         decltype(flush_waiters)::remove(req);
         complete(&req, Status::canceled);
     }
-    Status st = status;
-    if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    // Failed from here on: anything retried during the purges below fails instead of
+    // starting transfers on lanes about to be destroyed.
+    ep->flags |= kEpFailed;
+    if (ep->failure == Status::ok) ep->failure = status;
+    purge_am_lane(ep, status);
+    rma_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     stream_ep_closed(*this, ep, status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
@@ -818,8 +846,8 @@ void Worker::ep_fail(Ep* ep, Status status) {
     ep->flags |= kEpFailed;
     ep->failure = status;
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
-    Status st = status;
-    if (ep->am_ep != nullptr) uct::ep_pending_purge(ep->am_ep, purge_cb, &st);
+    purge_am_lane(ep, status);
+    rma_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     tag_fail_peer_receives(*this, ep->remote_uuid, status);
     stream_ep_failed(*this, ep, status);

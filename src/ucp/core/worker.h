@@ -188,6 +188,7 @@ public:
     TagMatcher tm;
     ucs::MemPool req_pool;
     ucs::MemPool small_desc_pool;  ///< unexpected eager messages up to kSmallDescData bytes
+    ucs::MemPool rma_ops;          ///< completion records of RMA transfers in flight (src/ucp/rma)
     RequestTable req_table;
     std::unordered_map<std::uint64_t, Ep*> ep_by_uuid;
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
@@ -285,5 +286,23 @@ void stream_ep_failed(Worker& worker, Ep* ep, Status status);
 
 /** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
 void stream_ep_closed(Worker& worker, Ep* ep, Status status);
+// --- RMA entry points (src/ucp/rma) --------------------------------------------------------
+
+/** Sets up the worker's RMA state (the pool of completion records). */
+Status rma_init(Worker& worker);
+
+/**
+ * Completes with @p status the RMA requests queued on @p ep's RMA lane when that is not
+ * the AM lane (the AM lane's queue is purged by the worker). Called before Ep::outstanding
+ * is drained.
+ */
+void rma_ep_purge(Worker& worker, Ep* ep, Status status);
+
+/**
+ * The RMA part of flush @p req, whose endpoint(s) have nothing outstanding: starts or
+ * checks the transports' flush of the RMA lanes (remote completion). True when done, with
+ * its status in @p status (ok, or the error a transport reported, e.g. a refused put).
+ */
+bool rma_flush_done(Worker& worker, Request& req, Status& status);
 
 }  // namespace loom::ucp

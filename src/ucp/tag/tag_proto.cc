@@ -409,6 +409,8 @@ void rndv_get_progress(Request* req) {
 
 }  // namespace
 
+bool is_rndv_get_pending(const uct::PendingReq* pending) { return pending->func == rndv_get_pending; }
+
 void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len) {
     req->recv.info.sender_tag = rts.tag;
     req->recv.info.length = rts.length;

@@ -62,4 +62,11 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf);
  */
 void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len);
 
+/**
+ * Whether @p pending, queued on a transport endpoint, is a rendezvous receive's GETs
+ * (not a send): an endpoint purging its queue runs those once more after marking itself
+ * failed, and they fail their receive.
+ */
+bool is_rndv_get_pending(const uct::PendingReq* pending);
+
 }  // namespace loom::ucp

@@ -1,0 +1,67 @@
+/**
+ * Helpers shared by the files of the C API (ucp_api.cc, rma_api.cc): handle casts,
+ * status pointers, and the request rules every _nbx call follows (a request from the
+ * caller's memory or the pool; NULL or the status when the operation completed in the
+ * call). Internal to src/ucp/api.
+ */
+#pragma once
+
+#include "loom/ucp.h"
+
+#include "ucp/api/handles.h"
+#include "ucp/core/request.h"
+#include "ucp/core/worker.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace loom::ucp::api {
+
+inline Ep* E(loom_ep_h ep) { return reinterpret_cast<Ep*>(ep); }
+inline loom_status_t C(Status s) { return static_cast<loom_status_t>(s); }
+inline void* status_ptr(Status s) { return reinterpret_cast<void*>(static_cast<std::intptr_t>(s)); }
+inline std::uint32_t attr(const loom_request_param_t* p) { return p ? p->op_attr_mask : 0; }
+
+/** The operation's datatype: bytes unless the parameters name one. */
+inline Datatype dt_of(const loom_request_param_t* p) {
+    return (attr(p) & LOOM_OP_ATTR_FIELD_DATATYPE) ? p->datatype : dt_make_contig(1);
+}
+
+/** A request for an operation: the caller's memory or the pool; nullptr without memory. */
+inline Request* new_request(Worker& w, const loom_request_param_t* p) {
+    Request* req = (attr(p) & LOOM_OP_ATTR_FIELD_REQUEST) ? w.init_caller_request(p->request) : w.alloc_request();
+    if (req == nullptr) return nullptr;
+    if (attr(p) & LOOM_OP_ATTR_FIELD_USER_DATA) req->user_data = p->user_data;
+    if (attr(p) & LOOM_OP_ATTR_FIELD_CALLBACK) req->cb.send = reinterpret_cast<SendCallback>(p->cb.send);
+    return req;
+}
+
+/** What an _nbx call returns for @p req once its first step ran. */
+inline void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) {
+    if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
+        Status s = req->status;
+        if ((req->flags & kReqRecv) && (attr(p) & LOOM_OP_ATTR_FIELD_RECV_INFO) && p->recv_info.tag_recv) {
+            if (req->flags & kReqRecvLength) {
+                *p->recv_info.length = req->recv.info.length;  // active-message and stream data
+            } else {
+                std::memcpy(p->recv_info.tag_recv, &req->recv.info, sizeof(TagRecvInfo));
+            }
+        }
+        w.release(req);
+        return status_ptr(s);
+    }
+    req->flags |= kReqHandedOut;
+    return handle_of(req);
+}
+
+/** An operation that completed without a request: its status, or under NO_IMM_CMPL a completed request. */
+inline void* completed_request(Worker& w, Status s, const loom_request_param_t* p) {
+    if (!(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) return status_ptr(s);
+    Request* req = new_request(w, p);
+    if (req == nullptr) return status_ptr(Status::no_memory);
+    req->status = s;
+    req->flags |= kReqCompleted | kReqHandedOut;
+    return handle_of(req);
+}
+
+}  // namespace loom::ucp::api

@@ -1,0 +1,638 @@
+/**
+ * Put, get, atomics, fence and the RMA part of flush.
+ *
+ * Every operation of an endpoint goes on its RMA lane (the rendezvous lane, else the AM
+ * lane). A put picks its flavour by size from the lane's limits: short up to
+ * put.max_short, bcopy up to put.max_bcopy, then zero-copy in put.max_zcopy pieces (the
+ * local buffer registered for the operation when the memory domain needs a handle and the
+ * caller gave no mapping); non-contiguous data goes in bcopy fragments. A get is bcopy up
+ * to get.max_bcopy, then zero-copy pieces. Short and bcopy puts and posted atomics
+ * complete in the call without a request; everything else takes a request, which is in
+ * Ep::outstanding until it completes.
+ *
+ * Transfers that complete later (zero-copy, get, fetching atomics, the transports' flush)
+ * report to an RmaOp record from the worker's pool, not to the request: the record names
+ * its request by a generation-checked id (Worker::req_table), so a request completed
+ * meanwhile by a peer failure or a forced close is simply not found, and its memory can
+ * be reused at once. While a request issues, it holds one reference of its record; when it
+ * has issued everything the reference is dropped and the last transfer to finish
+ * completes it.
+ *
+ * A request that finds the lane busy waits in the lane's pending queue: the worker's queue
+ * (send_request_start, counted in Ep::num_pending) on the AM lane, else the RMA lane's own
+ * (Ep::rma_pending); later operations queue behind it, so they stay in order.
+ */
+#include "ucp/rma/rma.h"
+
+#include "ucp/core/ucp_log.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace loom::ucp {
+
+Status send_request_start(Request* req);  // worker.cc
+
+// The worker handles RMA requests through their `send` view (see request.h).
+static_assert(offsetof(Request, rma.ep) == offsetof(Request, send.ep));
+static_assert(offsetof(Request, rma.progress) == offsetof(Request, send.progress));
+static_assert(offsetof(Request, rma.pending) == offsetof(Request, send.pending));
+static_assert(offsetof(Request, rma.memh) == offsetof(Request, send.memh));
+static_assert(offsetof(Request, rma.lane) == offsetof(Request, send.rndv_lane));
+
+/** Completion record of transfers in flight; see the file comment. */
+struct RmaOp {
+    uct::Completion comp;
+    Worker* worker;
+    std::uint64_t req_id;   ///< the request's wire id (with generation)
+    std::uint64_t fetched;  ///< fetching atomics: the previous value
+    bool last;              ///< the request issued everything: complete it when the count drops to zero
+};
+
+namespace {
+
+/** Flush requests: where their transport-level RMA flush stands (Request::rma.phase). */
+enum RmaFlushPhase : std::uint8_t { kFlushIssuing = 1, kFlushWaiting = 2, kFlushDone = 3 };
+
+const WorkerIface& lane_iface(const Ep* ep, std::uint8_t lane) {
+    return ep->worker->ifaces[ep->lanes[lane].iface];
+}
+
+/** Requests of @p ep's RMA lane queued before a new one (which must not overtake them). */
+std::uint32_t queued_on_lane(const Ep* ep, std::uint8_t lane) {
+    return lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+}
+
+/** Completes operation @p req with @p status (or the error of an earlier part). */
+void finish(Request* req, Status status, const RmaOp* op) {
+    if (status == Status::ok) status = req->rma.error;
+    if (status == Status::ok && req->rma.reply != nullptr && op != nullptr) {
+        std::memcpy(req->rma.reply, &op->fetched, req->rma.size);  // little endian: the low bytes
+    }
+    req->rma.op = nullptr;
+    req->rma.dt.finish();
+    req->worker->complete(req, status);
+}
+
+/** What the end of record @p op means for its request @p req (which is out of the id table). */
+void op_settle(Request* req, RmaOp* op) {
+    req->rma.op = nullptr;
+    if (op->comp.status != Status::ok && req->rma.error == Status::ok) req->rma.error = op->comp.status;
+    if (req->flags & kReqFlush) {
+        if (op->last) req->rma.phase = kFlushDone;
+    } else if (op->last) {
+        finish(req, Status::ok, op);
+    }
+    // Otherwise the request waits in a pending queue and takes a new record when it resumes.
+}
+
+void op_done(uct::Completion* comp) {
+    auto* op = reinterpret_cast<RmaOp*>(reinterpret_cast<char*>(comp) - offsetof(RmaOp, comp));
+    Worker& w = *op->worker;
+    // nullptr when the request completed meanwhile (peer failure, forced close): nothing to do.
+    if (Request* req = w.req_table.take(op->req_id)) op_settle(req, op);
+    w.rma_ops.put(op);
+}
+
+/** @p req's record with one more issuing reference; a new record when it has none. */
+RmaOp* op_acquire(Request* req) {
+    if (RmaOp* op = req->rma.op) {
+        ++op->comp.count;
+        return op;
+    }
+    Worker& w = *req->worker;
+    auto* op = static_cast<RmaOp*>(w.rma_ops.get());
+    if (LOOM_UNLIKELY(op == nullptr)) return nullptr;
+    op->comp.func = op_done;
+    op->comp.count = 1;
+    op->comp.status = Status::ok;
+    op->worker = &w;
+    op->req_id = 0;
+    op->fetched = 0;
+    op->last = false;
+    req->rma.op = op;
+    return op;
+}
+
+/**
+ * Drops the issuing reference; @p last: the request issued everything. With nothing in
+ * flight the record ends here (the common case of transports that complete in the call);
+ * otherwise the request gets an id, by which the last transfer to finish finds it.
+ */
+void op_release(Request* req, bool last) {
+    RmaOp* op = req->rma.op;
+    Worker& w = *op->worker;
+    op->last = last;
+    if (op->comp.count == 1) {
+        op->comp.count = 0;
+        if (req->id != 0) w.req_table.remove(req);
+        op_settle(req, op);
+        w.rma_ops.put(op);
+        return;
+    }
+    if (req->id == 0 && LOOM_UNLIKELY(w.req_table.insert(req) != Status::ok)) {
+        // Nothing could find the request later: fail it now; its transfers end unseen.
+        LOOM_LOG_ERROR("ucp: out of memory for the id of an RMA request; it fails");
+        req->rma.op = nullptr;
+        --op->comp.count;  // the record ends with its last transfer (op_done finds no request)
+        if (req->flags & kReqFlush) {
+            req->rma.error = Status::no_memory;
+            req->rma.phase = kFlushDone;
+        } else {
+            finish(req, Status::no_memory, nullptr);
+        }
+        return;
+    }
+    op->req_id = w.req_table.wire_id(req);
+    --op->comp.count;  // transfers remain: no callback here
+}
+
+/** Issues one transfer counted in @p op; returns what the transport returned, the count adjusted. */
+template <typename Issue>
+Status counted(RmaOp* op, Issue&& issue) {
+    ++op->comp.count;
+    Status s = issue();
+    if (s != Status::in_progress) --op->comp.count;  // done, refused or not started: no callback comes
+    return s;
+}
+
+LOOM_COLD void record_error(RmaOp* op, Status s) {
+    if (op->comp.status == Status::ok) op->comp.status = s;
+}
+
+/** Fences the lane before the first transfer of a request that came after a deferred fence. */
+void apply_fence(Request* req, uct::Ep* uep) {
+    if (LOOM_UNLIKELY(req->rma.fence)) {
+        (void)uct::ep_fence(uep, 0);
+        req->rma.fence = 0;
+    }
+}
+
+/**
+ * The local buffer's handle for zero-copy on @p req's lane: none where the memory domain
+ * needs none, the caller's mapping, or a registration for this operation (released by
+ * Worker::complete through kReqRndv). Registration costs little next to copying a large
+ * buffer through bcopy fragments, and rc's registration cache makes a repeated buffer a
+ * lookup. no_memory-like statuses when registration fails.
+ */
+Status zcopy_memh(Request* req, unsigned access, uct::MemH& memh) {
+    const ContextResource& rsc = *lane_iface(req->rma.ep, req->rma.lane).rsc;
+    memh = uct::kMemHNull;
+    if (!(rsc.md_attr.flags & uct::MdAttr::kNeedMemh)) return Status::ok;
+    if (req->rma.memh != uct::kMemHNull) {
+        memh = req->rma.memh;
+        return Status::ok;
+    }
+    if (req->rma.mapping != nullptr) {
+        memh = req->rma.mapping->memh_of(rsc.md);
+        if (memh != uct::kMemHNull) return Status::ok;
+    }
+    auto reg = rsc.md->mem_reg(req->rma.dt.buffer, req->rma.dt.length, access);
+    if (!reg) return reg.status();
+    req->rma.memh = *reg;
+    req->flags |= kReqRndv;
+    memh = *reg;
+    return Status::ok;
+}
+
+struct PackArg {
+    DtState* dt;
+    std::size_t offset;
+    std::size_t length;
+};
+
+std::size_t pack_piece(void* dest, void* a) {
+    auto* arg = static_cast<PackArg*>(a);
+    return arg->dt->pack(arg->offset, dest, arg->length);
+}
+
+struct BytesArg {
+    const void* src;
+    std::size_t length;
+};
+
+std::size_t pack_bytes(void* dest, void* a) {
+    auto* arg = static_cast<BytesArg*>(a);
+    std::memcpy(dest, arg->src, arg->length);
+    return arg->length;
+}
+
+/** get_bcopy: the fetched bytes go straight to their place in the buffer (arg). */
+void unpack_to(void* dest, const void* data, std::size_t length) {
+    if (length != 0) std::memcpy(dest, data, length);
+}
+
+/** Puts the bytes of @p req from rma.offset on in bcopy fragments. */
+Status put_bcopy_progress(Request* req, uct::Ep* uep, std::size_t max_bcopy) {
+    DtState& dt = req->rma.dt;
+    const std::size_t length = dt.length;
+    while (req->rma.offset < length) {
+        const std::size_t chunk = std::min(length - req->rma.offset, max_bcopy);
+        PackArg arg{&dt, req->rma.offset, chunk};
+        ssize_t n = uct::ep_put_bcopy(uep, pack_piece, &arg, req->rma.remote_addr + req->rma.offset,
+                                      req->rma.uct_rkey);
+        if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+        if (n < 0) {
+            finish(req, static_cast<Status>(n), nullptr);
+            return Status::ok;
+        }
+        req->rma.offset += chunk;
+    }
+    finish(req, Status::ok, nullptr);
+    return Status::ok;
+}
+
+/**
+ * Issues @p req's transfers in pieces of @p max bytes from rma.offset on, each through
+ * @p issue(buffer, length, remote_addr, comp). no_resource: queue the request.
+ */
+template <typename Issue>
+Status pieces_progress(Request* req, std::size_t max, Issue&& issue) {
+    RmaOp* op = op_acquire(req);
+    if (op == nullptr) {
+        finish(req, Status::no_memory, nullptr);
+        return Status::ok;
+    }
+    const std::size_t length = req->rma.dt.length;
+    auto* buffer = static_cast<std::uint8_t*>(req->rma.dt.buffer);
+    while (req->rma.offset < length) {
+        const std::size_t chunk = std::min(length - req->rma.offset, max);
+        Status s = counted(op, [&] {
+            return issue(buffer + req->rma.offset, chunk, req->rma.remote_addr + req->rma.offset, &op->comp);
+        });
+        if (s == Status::no_resource) {
+            op_release(req, false);
+            return Status::no_resource;
+        }
+        if (s != Status::ok && s != Status::in_progress) {
+            record_error(op, s);
+            break;  // the rest is not issued: the request fails once what is in flight finished
+        }
+        req->rma.offset += chunk;
+    }
+    op_release(req, true);
+    return Status::ok;
+}
+
+Status put_progress(Request* req) {
+    Ep* ep = req->rma.ep;
+    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
+    const uct::IfaceAttr& attr = lane_iface(ep, req->rma.lane).attr;
+    apply_fence(req, uep);
+    DtState& dt = req->rma.dt;
+    const std::size_t length = dt.length;
+    if (dt.contig() && length <= attr.put.max_short && (attr.cap_flags & uct::kCapPutShort)) {
+        Status s = uct::ep_put_short(uep, dt.buffer, static_cast<unsigned>(length), req->rma.remote_addr,
+                                     req->rma.uct_rkey);
+        if (s == Status::no_resource) return s;
+        finish(req, s, nullptr);
+        return Status::ok;
+    }
+    const bool zcopy = dt.contig() && (attr.cap_flags & uct::kCapPutZcopy) &&
+                       (length > attr.put.max_bcopy || !(attr.cap_flags & uct::kCapPutBcopy));
+    if (!zcopy) return put_bcopy_progress(req, uep, std::max<std::size_t>(attr.put.max_bcopy, 1));
+    uct::MemH memh;
+    if (Status s = zcopy_memh(req, uct::kAccessLocalRead, memh); s != Status::ok) {
+        finish(req, s, nullptr);
+        return Status::ok;
+    }
+    const std::uint64_t rkey = req->rma.uct_rkey;
+    return pieces_progress(req, std::max<std::size_t>(attr.put.max_zcopy, 1),
+                           [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
+                               uct::Iov iov{buf, n, memh};
+                               return uct::ep_put_zcopy(uep, &iov, 1, raddr, rkey, comp);
+                           });
+}
+
+Status get_progress(Request* req) {
+    Ep* ep = req->rma.ep;
+    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
+    const uct::IfaceAttr& attr = lane_iface(ep, req->rma.lane).attr;
+    apply_fence(req, uep);
+    const std::size_t length = req->rma.dt.length;
+    const std::uint64_t rkey = req->rma.uct_rkey;
+    const bool bcopy = (attr.cap_flags & uct::kCapGetBcopy) &&
+                       (length <= attr.get.max_bcopy || !(attr.cap_flags & uct::kCapGetZcopy));
+    if (bcopy) {
+        return pieces_progress(
+            req, std::max<std::size_t>(attr.get.max_bcopy, 1),
+            [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
+                return uct::ep_get_bcopy(uep, unpack_to, buf, n, raddr, rkey, comp);
+            });
+    }
+    uct::MemH memh;
+    if (Status s = zcopy_memh(req, uct::kAccessLocalWrite, memh); s != Status::ok) {
+        finish(req, s, nullptr);
+        return Status::ok;
+    }
+    return pieces_progress(req, std::max<std::size_t>(attr.get.max_zcopy, 1),
+                           [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
+                               uct::Iov iov{buf, n, memh};
+                               return uct::ep_get_zcopy(uep, &iov, 1, raddr, rkey, comp);
+                           });
+}
+
+Status atomic_post(uct::Ep* uep, uct::AtomicOp op, unsigned size, std::uint64_t value,
+                   std::uint64_t remote_addr, std::uint64_t rkey) {
+    return size == 4 ? uct::ep_atomic32_post(uep, op, static_cast<std::uint32_t>(value), remote_addr, rkey)
+                     : uct::ep_atomic64_post(uep, op, value, remote_addr, rkey);
+}
+
+Status atomic_progress(Request* req) {
+    Ep* ep = req->rma.ep;
+    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
+    apply_fence(req, uep);
+    const auto aop = static_cast<uct::AtomicOp>(req->rma.opcode);
+    const unsigned size = req->rma.size;
+    const std::uint64_t raddr = req->rma.remote_addr;
+    const std::uint64_t rkey = req->rma.uct_rkey;
+    if (req->rma.reply == nullptr) {
+        Status s = atomic_post(uep, aop, size, req->rma.value, raddr, rkey);
+        if (s == Status::no_resource) return s;
+        finish(req, s, nullptr);
+        return Status::ok;
+    }
+    RmaOp* op = op_acquire(req);
+    if (op == nullptr) {
+        finish(req, Status::no_memory, nullptr);
+        return Status::ok;
+    }
+    auto* result32 = reinterpret_cast<std::uint32_t*>(&op->fetched);
+    const auto value32 = static_cast<std::uint32_t>(req->rma.value);
+    const auto compare32 = static_cast<std::uint32_t>(req->rma.compare);
+    Status s = counted(op, [&] {
+        if (aop == uct::AtomicOp::cswap) {
+            return size == 4
+                       ? uct::ep_atomic32_cswap(uep, compare32, value32, raddr, rkey, result32, &op->comp)
+                       : uct::ep_atomic64_cswap(uep, req->rma.compare, req->rma.value, raddr, rkey,
+                                                &op->fetched, &op->comp);
+        }
+        return size == 4
+                   ? uct::ep_atomic32_fetch(uep, aop, value32, result32, raddr, rkey, &op->comp)
+                   : uct::ep_atomic64_fetch(uep, aop, req->rma.value, &op->fetched, raddr, rkey, &op->comp);
+    });
+    if (s == Status::no_resource) {
+        op_release(req, false);
+        return Status::no_resource;
+    }
+    if (s != Status::ok && s != Status::in_progress) record_error(op, s);
+    op_release(req, true);
+    return Status::ok;
+}
+
+// --- pending queue of an RMA lane that is not the AM lane ----------------------------------------
+
+Status lane_pending_cb(uct::PendingReq* pending) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, rma.pending));
+    Ep* ep = req->rma.ep;  // the request may be gone once its step ran
+    Status s = req->rma.progress(req);
+    if (s == Status::no_resource) return s;
+    --ep->rma_pending;
+    return Status::ok;
+}
+
+/** send_request_start for the RMA lane's own queue. */
+void lane_request_start(Request* req) {
+    Ep* ep = req->rma.ep;
+    if (ep->rma_pending == 0 && req->rma.progress(req) != Status::no_resource) return;
+    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
+    req->rma.pending.func = lane_pending_cb;
+    for (;;) {
+        Status s = uct::ep_pending_add(uep, &req->rma.pending, 0);
+        if (s == Status::ok) {
+            ++ep->rma_pending;
+            return;
+        }
+        if (s != Status::busy) {
+            finish(req, s, nullptr);
+            return;
+        }
+        if (req->rma.progress(req) != Status::no_resource) return;
+    }
+}
+
+/** Common start of every request: in the endpoint's outstanding list, then run or queued. */
+void start(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, ProtoProgress progress,
+           const Mem* mapping) {
+    req->flags |= kReqRma | kReqInEpList;
+    req->rma.ep = ep;
+    req->rma.remote_addr = remote_addr;
+    req->rma.offset = 0;
+    req->rma.uct_rkey = rkey->uct_rkey;
+    req->rma.mapping = mapping;
+    req->rma.progress = progress;
+    req->rma.memh = uct::kMemHNull;
+    req->rma.op = nullptr;
+    req->rma.lane = rma_lane(ep);
+    req->rma.fence = (ep->rma_flags & kRmaFence) ? 1 : 0;
+    ep->rma_flags &= static_cast<std::uint8_t>(~kRmaFence);
+    req->rma.error = Status::ok;
+    ep->outstanding.push_back(*req);
+    if (req->rma.lane == ep->am_lane) {
+        (void)send_request_start(req);  // completes the request itself on errors
+    } else {
+        lane_request_start(req);
+    }
+}
+
+// --- logging of refused operations ------------------------------------------------------------
+
+LOOM_COLD Status foreign_key(const Ep* ep, const RmaRkey* rkey) {
+    LOOM_LOG_ERROR(
+        "ucp: a remote key unpacked on an endpoint to worker {:016x} (iface {}) used on an endpoint to "
+        "worker {:016x} (iface {}); unpack it on this endpoint",
+        rkey->remote_uuid, rkey->iface, ep->remote_uuid, ep->lanes[rma_lane(ep)].iface);
+    return Status::invalid_param;
+}
+
+LOOM_COLD Status outside_key(const RmaRkey* rkey, std::uint64_t addr, std::size_t length, unsigned access) {
+    LOOM_LOG_ERROR(
+        "ucp: remote access to {:#x}+{} (rights {:#x}) is outside the remote key's region {:#x}+{} "
+        "(rights {:#x})",
+        addr, length, access, rkey->address, rkey->length, static_cast<unsigned>(rkey->access));
+    return Status::access_denied;
+}
+
+LOOM_COLD Status ep_unusable(const Ep* ep) {
+    return (ep->flags & kEpFailed) ? ep->failure : Status::not_connected;
+}
+
+LOOM_COLD Status missing_feature(const char* what, const char* feature) {
+    LOOM_LOG_ERROR("ucp: {} needs a context created with {}", what, feature);
+    return Status::unsupported;
+}
+
+}  // namespace
+
+// --- entry points ----------------------------------------------------------------------------
+
+Status rma_init(Worker& w) {
+    ucs::MemPoolParams p;
+    p.name = "ucp_rma_ops";
+    p.elem_size = sizeof(RmaOp);
+    p.alignment = 64;
+    p.elems_per_chunk = 128;
+    return w.rma_ops.init(std::move(p));
+}
+
+Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
+                        unsigned access) {
+    if (ep->flags & (kEpFailed | kEpClosing)) return ep_unusable(ep);
+    if (rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface) {
+        return foreign_key(ep, rkey);
+    }
+    if (!(rkey->features & kFeatureRma)) return missing_feature("put and get", "LOOM_FEATURE_RMA");
+    return outside_key(rkey, remote_addr, length, access);
+}
+
+ssize_t rma_put_bcopy_bytes(uct::Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
+                            std::uint64_t rkey) {
+    BytesArg arg{buffer, length};
+    return uct::ep_put_bcopy(ep, pack_bytes, &arg, remote_addr, rkey);
+}
+
+void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, bool get,
+                        const Mem* memh) {
+    req->rma.reply = nullptr;
+    req->rma.size = 0;
+    start(req, ep, remote_addr, rkey, get ? get_progress : put_progress, memh);
+}
+
+Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned size,
+                        std::uint64_t remote_addr) {
+    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) return ep_unusable(ep);
+    if (LOOM_UNLIKELY(rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface)) {
+        return foreign_key(ep, rkey);
+    }
+    if (LOOM_UNLIKELY(!(rkey->features & (size == 4 ? kFeatureAmo32 : kFeatureAmo64)))) {
+        return missing_feature(size == 4 ? "a 32-bit atomic" : "a 64-bit atomic",
+                               size == 4 ? "LOOM_FEATURE_AMO32" : "LOOM_FEATURE_AMO64");
+    }
+    if (LOOM_UNLIKELY(!rkey->allows(remote_addr, size, uct::kAccessRemoteAtomic))) {
+        return outside_key(rkey, remote_addr, size, uct::kAccessRemoteAtomic);
+    }
+    const WorkerIface& wi = lane_iface(ep, rma_lane(ep));
+    const std::uint64_t ops = size == 4 ? wi.attr.atomic32_ops : wi.attr.atomic64_ops;
+    const std::uint64_t cap = size == 4 ? uct::kCapAtomic32 : uct::kCapAtomic64;
+    if (LOOM_UNLIKELY(!(wi.attr.cap_flags & cap) || !(ops & uct::atomic_op_bit(op)))) {
+        static const char* const kNames[] = {"add", "and", "or", "xor", "swap", "cswap"};
+        LOOM_LOG_ERROR("ucp: the RMA lane of the endpoint ({}/{}) has no {}-bit atomic {}",
+                       wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, size * 8, kNames[static_cast<unsigned>(op)]);
+        return Status::unsupported;
+    }
+    return Status::ok;
+}
+
+Status rma_atomic_post_immediate(Ep* ep, uct::AtomicOp op, unsigned size, std::uint64_t value,
+                                 std::uint64_t remote_addr, const RmaRkey* rkey) {
+    const std::uint8_t lane = rma_lane(ep);
+    if (LOOM_UNLIKELY((ep->rma_flags & kRmaFence) || queued_on_lane(ep, lane) != 0))
+        return Status::no_resource;
+    return atomic_post(ep->lanes[lane].ep, op, size, value, remote_addr, rkey->uct_rkey);
+}
+
+void rma_start_atomic(Request* req, Ep* ep, uct::AtomicOp op, unsigned size, std::uint64_t value,
+                      std::uint64_t compare, void* reply, std::uint64_t remote_addr, const RmaRkey* rkey) {
+    req->rma.dt = DtState{};
+    req->rma.opcode = static_cast<std::uint8_t>(op);
+    req->rma.size = static_cast<std::uint8_t>(size);
+    req->rma.value = value;
+    req->rma.compare = compare;
+    req->rma.reply = reply;
+    start(req, ep, remote_addr, rkey, atomic_progress, nullptr);
+}
+
+Status rma_ep_fence(Ep* ep) {
+    if (ep->flags & kEpFailed) return ep->failure;
+    const std::uint8_t lane = rma_lane(ep);
+    if (queued_on_lane(ep, lane) != 0) {
+        // Queued requests are issued later: the fence goes with the next new operation.
+        ep->rma_flags |= kRmaFence;
+        return Status::ok;
+    }
+    return uct::ep_fence(ep->lanes[lane].ep, 0);
+}
+
+namespace {
+
+struct PurgeArg {
+    Ep* ep;
+    Status status;
+    std::vector<uct::PendingReq*> others;
+};
+
+void purge_cb(uct::PendingReq* pending, void* a) {
+    auto* arg = static_cast<PurgeArg*>(a);
+    if (pending->func != lane_pending_cb) {
+        arg->others.push_back(pending);
+        return;
+    }
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, rma.pending));
+    --arg->ep->rma_pending;
+    finish(req, arg->status, nullptr);
+}
+
+}  // namespace
+
+void rma_ep_purge(Worker&, Ep* ep, Status status) {
+    const std::uint8_t lane = rma_lane(ep);
+    if (lane == ep->am_lane || ep->rma_pending == 0) return;
+    PurgeArg arg{ep, status, {}};
+    uct::ep_pending_purge(ep->lanes[lane].ep, purge_cb, &arg);
+    ep->rma_pending = 0;
+    if (arg.others.empty()) return;
+    // Another protocol's requests shared the queue (rendezvous GETs of this lane): run once
+    // more, they find the endpoint failed and fail themselves.
+    if (!(ep->flags & kEpFailed)) {
+        ep->flags |= kEpFailed;
+        ep->failure = status;
+    }
+    for (uct::PendingReq* p : arg.others) (void)p->func(p);
+}
+
+bool rma_flush_done(Worker& w, Request& req, Status& status) {
+    Ep* ep = req.send.ep;
+    if (ep != nullptr && (ep->flags & kEpFailed)) return true;
+    if (!(req.flags & kReqRmaFlush)) {
+        std::uint32_t ifaces = 0;
+        if (ep != nullptr) {
+            if (!(ep->rma_flags & kRmaUsed)) return true;
+            ifaces = 1;  // the endpoint's RMA lane
+        } else {
+            for (const Ep& e : w.eps) {
+                if ((e.rma_flags & kRmaUsed) && !(e.flags & kEpFailed))
+                    ifaces |= 1u << e.lanes[rma_lane(&e)].iface;
+            }
+            if (ifaces == 0) return true;
+        }
+        req.flags |= kReqRmaFlush;
+        req.rma.op = nullptr;
+        req.rma.error = Status::ok;
+        req.rma.phase = kFlushIssuing;
+        req.rma.ifaces = ifaces;
+    }
+    if (req.rma.phase == kFlushIssuing) {
+        RmaOp* op = op_acquire(&req);
+        if (op == nullptr) return false;  // out of memory: try again at the next progress
+        while (req.rma.ifaces != 0) {
+            const unsigned bit = static_cast<unsigned>(__builtin_ctz(req.rma.ifaces));
+            Status s = counted(op, [&] {
+                return ep != nullptr
+                           ? uct::ep_flush(ep->lanes[rma_lane(ep)].ep, uct::kFlushLocal, &op->comp)
+                           : uct::iface_flush(w.ifaces[bit].iface.get(), uct::kFlushLocal, &op->comp);
+            });
+            if (s == Status::no_resource) break;  // busy: again at the next progress
+            if (s != Status::ok && s != Status::in_progress) record_error(op, s);
+            req.rma.ifaces &= ~(1u << bit);
+        }
+        const bool last = req.rma.ifaces == 0;
+        if (last) req.rma.phase = kFlushWaiting;
+        op_release(&req, last);
+    }
+    if (req.rma.phase != kFlushDone) return false;
+    status = req.rma.error;
+    return true;
+}
+
+}  // namespace loom::ucp
