@@ -126,7 +126,7 @@ perf() {
         timeout 120 "$pt" -l -x "$tl" -d "$dev" -f "$@" 2>&1 | grep '^Final:'
         return
     fi
-    local port=$((20000 + RANDOM % 20000))
+    local port=$((20000 + RANDOM % 12000))
     timeout 120 "$pt" -p "$port" >/dev/null 2>&1 &
     local server=$!
     timeout 120 "$pt" 127.0.0.1 -p "$port" -x "$tl" -d "$dev" -f "$@" 2>&1 | grep '^Final:'

@@ -122,14 +122,14 @@ def main():
             n, w = iters[metric]
             vals = {"loom": [], "verbs": [], "ucx": []}
             for _ in range(a.repeats):
-                port = random.randint(20000, 60000)
+                port = random.randint(20000, 32000)
                 common = ["-x", "rc", "-d", f"{dev}:1", "-n", str(n), "-w", str(w), "-f", "-p", str(port)]
                 out = run_pair([a.loom, "-p", str(port)], [a.loom, "127.0.0.1"] + common + loom_args.split(),
                                loom_env)
                 r = parse_perftest_row(out)
                 if r:
                     vals["loom"].append(r[metric])
-                port = random.randint(20000, 60000)
+                port = random.randint(20000, 32000)
                 ib = [tool, "-d", dev, "-n", str(n), "-p", str(port)] + tool_args.split()
                 if iwarp:
                     srv, cli = ib + ["-R"], ib + ["-R", ip or "127.0.0.1"]
@@ -139,7 +139,7 @@ def main():
                 if r:
                     vals["verbs"].append(r[metric])
                 if ucx_args and not iwarp:
-                    port = random.randint(20000, 60000)
+                    port = random.randint(20000, 32000)
                     ucmd = ["-x", "rc_verbs", "-d", f"{dev}:1", "-n", str(n), "-w", str(w), "-f", "-p", str(port)]
                     out = run_pair(["ucx_perftest", "-p", str(port)],
                                    ["ucx_perftest", "127.0.0.1"] + ucmd + ucx_args.split(),

@@ -70,7 +70,7 @@ CASES = [
 
 def run_pair(binary, env_extra, args, iters, warmup, timeout=300):
     """One server + client measurement; returns the client's parsed Final: row or None."""
-    port = random.randint(20000, 60000)
+    port = random.randint(20000, 32000)
     env = dict(os.environ)
     for k in ("LOOM_TLS", "LOOM_NET_DEVICES", "UCX_TLS", "UCX_NET_DEVICES"):
         env.pop(k, None)

@@ -46,7 +46,7 @@ QUICK_ITERS = {"lat": (20000, 1000), "bw": (300, 20)}
 
 def run_pair(binary, tl, dev, args, iters, warmup, env_extra=None):
     """Runs one server+client measurement; returns the client's Final: fields or None."""
-    port = random.randint(20000, 60000)
+    port = random.randint(20000, 32000)
     env = dict(os.environ)
     env.update(env_extra or {})
     common = ["-x", tl, "-d", dev, "-n", str(iters), "-w", str(warmup), "-f", "-p", str(port)] + args.split()

@@ -42,7 +42,8 @@ check_output "get has no short flavour"          'get has no short flavour' "$pt
 check_output "unknown option is named"           "unknown option '-Z'"      "$pt" -Z
 
 # Two processes: self cannot reach another process, and both sides must say so and exit.
-port=$((20000 + RANDOM % 20000))
+# (Ports are drawn below 32768, Linux's ephemeral range, where transports' own sockets live.)
+port=$((20000 + RANDOM % 12000))
 "$pt" -p $port > /dev/null 2>&1 &
 server=$!
 check_output "self refuses a peer process"       'another process|cannot create an endpoint' \
@@ -53,7 +54,7 @@ wait $server 2>/dev/null
 # passes when the client prints a Final: line and both exit with status 0.
 pair() {
     local name=$1 tls=$2; shift 2
-    local port=$((20000 + RANDOM % 20000)) out server cli_rc srv_rc
+    local port=$((20000 + RANDOM % 12000)) out server cli_rc srv_rc
     LOOM_TLS=$tls timeout 60 "$pt" -p $port > /dev/null 2>"$server_err" &
     server=$!
     out=$(LOOM_TLS=$tls timeout 60 "$pt" 127.0.0.1 -p $port "$@" 2>&1)
@@ -88,7 +89,7 @@ rm -f "$server_err"
 # 60 s no-progress timeout), since shm and tcp fail the endpoint.
 for tls in shm tcp; do
   for t in tag_lat ucp_am_lat stream_lat ucp_put_lat ucp_get; do
-    port=$((20000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % 12000))
     pidfile=$(mktemp)
     # Started from a subshell, so that this shell does not report the kill.
     (LOOM_TLS=$tls "$pt" -p $port > /dev/null 2>&1 & echo $! > "$pidfile")
@@ -99,7 +100,7 @@ for tls in shm tcp; do
     rm -f "$pidfile"
   done
 done
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000))
 LOOM_TLS=self "$pt" -p $port > /dev/null 2>&1 &
 server=$!
 check_output "LOOM_TLS=self cannot reach another process: a clear error" 'loom_ep_create failed: destination unreachable' \

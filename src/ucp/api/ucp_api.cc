@@ -214,16 +214,19 @@ loom_status_t loom_worker_signal(loom_worker_h worker) {
     return C(W(worker)->signal());  // no lock: it must reach a thread that holds it
 }
 
+// The request tests take no lock: a request may outlive its worker (caller memory), and
+// polling it must not contend with the thread that progresses. They read the completed
+// flag with acquire, which Worker::complete publishes after the results (release).
+static bool completed(const Request* req) { return __atomic_load_n(&req->flags, __ATOMIC_ACQUIRE) & kReqCompleted; }
+
 loom_status_t loom_request_check_status(void* request) {
     Request* req = request_of(request);
-    WorkerGuard guard(*req->worker);
-    return (req->flags & kReqCompleted) ? C(req->status) : LOOM_INPROGRESS;
+    return completed(req) ? C(req->status) : LOOM_INPROGRESS;
 }
 
 loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* info) {
     Request* req = request_of(request);
-    WorkerGuard guard(*req->worker);
-    if (!(req->flags & kReqCompleted)) return LOOM_INPROGRESS;
+    if (!completed(req)) return LOOM_INPROGRESS;
     if (info != nullptr && (req->flags & kReqRecv)) std::memcpy(info, &req->recv.info, sizeof(*info));
     return C(req->status);
 }
@@ -764,8 +767,7 @@ loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep_h, void* buffer, size_t coun
 
 loom_status_t loom_stream_recv_request_test(void* request, size_t* length) {
     Request* req = request_of(request);
-    WorkerGuard guard(*req->worker);
-    if (!(req->flags & kReqCompleted)) return LOOM_INPROGRESS;
+    if (!completed(req)) return LOOM_INPROGRESS;
     if (length != nullptr && req->status == Status::ok) *length = req->recv.info.length;
     return C(req->status);
 }

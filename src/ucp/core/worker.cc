@@ -484,6 +484,9 @@ Request* Worker::init_caller_request(void* handle) {
 
 void Worker::complete(Request* req, Status status) {
     req->status = status;
+    // Release: a thread polling the request without the lock (loom_request_check_status)
+    // that sees the flag sees the results written before it.
+    if (LOOM_UNLIKELY(multi_threaded)) std::atomic_thread_fence(std::memory_order_release);
     req->flags |= kReqCompleted;
     if (req->id != 0) req_table.remove(req);
     if (req->flags & kReqInEpList) {
@@ -496,6 +499,8 @@ void Worker::complete(Request* req, Status status) {
         req->send.memh = uct::kMemHNull;
     }
     if (req->flags & kReqCtrl) {
+        // Sent, or purged from a failed endpoint's queue: either way the copy goes here.
+        if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
         release(req);
         return;
     }
@@ -554,7 +559,6 @@ Status ctrl_progress(Request* req) {
                                    : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
     ssize_t n = am_bcopy_bytes(ep->am_ep, req->send.ctrl_am_id, data, req->send.ctrl_length);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
-    if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
     req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
     return Status::ok;
 }
