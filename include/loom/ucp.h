@@ -453,7 +453,7 @@ typedef struct {
 loom_status_t loom_listener_create(loom_worker_h worker, const loom_listener_params_t* params,
                                    loom_listener_h* listener);
 
-/** Stops listening; requests not answered yet are rejected. */
+/** Stops listening; requests not answered yet are rejected and their handles become invalid. */
 void loom_listener_destroy(loom_listener_h listener);
 
 /** The address listened on, with the port chosen when 0 was asked for. */

@@ -129,11 +129,11 @@ Listener::~Listener() {
     list.erase(std::remove(list.begin(), list.end(), this), list.end());
     for (Incoming& in : incoming_) ::close(in.fd);
     // Requests the application never answered: the clients learn they were refused.
+    // (Their handles die with the listener, as in UCX.)
     for (ConnRequest* req : handed_out_) {
-        req->listener = nullptr;
         (void)send_all(req->fd, make_frame(kCmReject, {}), 100);
         ::close(req->fd);
-        req->fd = -1;
+        delete req;
     }
     ::close(fd_);
 }
