@@ -9,6 +9,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_side.h"
 
 #include <gtest/gtest.h>
 
@@ -671,66 +672,12 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpAmTest,
 
 using loom::test::ForkedPeer;
 
-/** One process's context, worker and endpoint to the other. */
-struct Side {
-    loom_context_h ctx = nullptr;
-    loom_worker_h worker = nullptr;
-    loom_ep_h ep = nullptr;
-    int errors = 0;
-    loom_status_t last_error = LOOM_OK;
-
-    bool open(const char* tls) {
-        setenv("LOOM_TLS", tls, 1);
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = LOOM_FEATURE_AM;
-        return loom_init(&params, &ctx) == LOOM_OK && loom_worker_create(ctx, nullptr, &worker) == LOOM_OK;
-    }
-
-    std::vector<std::uint8_t> address() const {
-        void* a;
-        size_t n;
-        if (loom_worker_get_address(worker, &a, &n) != LOOM_OK) return {};
-        std::vector<std::uint8_t> v(static_cast<std::uint8_t*>(a), static_cast<std::uint8_t*>(a) + n);
-        loom_worker_release_address(worker, a);
-        return v;
-    }
-
-    bool connect(const std::vector<std::uint8_t>& peer, bool peer_errors) {
-        loom_ep_params_t p{};
-        p.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        p.address = peer.data();
-        if (peer_errors) {
-            p.field_mask |= LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
-            p.err_mode = LOOM_ERR_HANDLING_MODE_PEER;
-            p.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t status) {
-                auto* self = static_cast<Side*>(arg);
-                ++self->errors;
-                self->last_error = status;
-            };
-            p.err_handler.arg = this;
-        }
-        return loom_ep_create(worker, &p, &ep) == LOOM_OK;
-    }
-
-    template <typename F>
-    bool progress_until(F done, int seconds = 30) {
-        auto deadline = Clock::now() + std::chrono::seconds(seconds);
-        while (!done()) {
-            if (Clock::now() > deadline) return false;
-            loom_worker_progress(worker);
-        }
-        return true;
-    }
+/** One process's context, worker and endpoint to the other, for active messages. */
+struct Side : loom::test::UcpSide {
+    bool open(const char* tls) { return UcpSide::open(tls, LOOM_FEATURE_AM); }
 
     loom_status_t wait(loom_status_ptr_t r, int seconds = 30) {
-        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
-        if (!progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, seconds)) {
-            return LOOM_ERR_TIMED_OUT;
-        }
-        loom_status_t s = loom_request_check_status(r);
-        loom_request_free(r);
-        return s;
+        return wait_with(r, [](void* q) { return loom_request_check_status(q); }, seconds);
     }
 
     loom_status_t set_handler(unsigned id, loom_am_recv_callback_t cb, void* arg) {
@@ -741,17 +688,6 @@ struct Side {
         hp.cb = cb;
         hp.arg = arg;
         return loom_worker_set_am_recv_handler(worker, &hp);
-    }
-
-    ~Side() {
-        if (ep) {
-            loom_request_param_t p{};
-            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            (void)loom_ep_close_nbx(ep, &p);
-        }
-        if (worker) loom_worker_destroy(worker);
-        if (ctx) loom_cleanup(ctx);
     }
 };
 

@@ -9,6 +9,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_side.h"
 
 #include <gtest/gtest.h>
 
@@ -848,64 +849,17 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpRmaTwoLanesTest, testing::Values(TlSet{"self_sh
 
 // --- two processes ---------------------------------------------------------------------------
 
-/** One process's context, worker and endpoint to the other. */
-struct Side {
-    loom_context_h ctx = nullptr;
-    loom_worker_h worker = nullptr;
-    loom_ep_h ep = nullptr;
-    int errors = 0;
-
-    bool open(const char* tls) {
-        setenv("LOOM_TLS", tls, 1);
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = kAllFeatures;
-        return loom_init(&params, &ctx) == LOOM_OK && loom_worker_create(ctx, nullptr, &worker) == LOOM_OK;
-    }
-
-    std::vector<std::uint8_t> address() const {
-        void* a;
-        size_t n;
-        if (loom_worker_get_address(worker, &a, &n) != LOOM_OK) return {};
-        std::vector<std::uint8_t> v(static_cast<std::uint8_t*>(a), static_cast<std::uint8_t*>(a) + n);
-        loom_worker_release_address(worker, a);
-        return v;
-    }
-
-    bool connect(const std::vector<std::uint8_t>& peer) {
-        loom_ep_params_t p{};
-        p.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                       LOOM_EP_PARAM_FIELD_ERR_HANDLER;
-        p.address = peer.data();
-        p.err_mode = LOOM_ERR_HANDLING_MODE_PEER;
-        p.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t) { ++static_cast<Side*>(arg)->errors; };
-        p.err_handler.arg = this;
-        return loom_ep_create(worker, &p, &ep) == LOOM_OK;
-    }
+/** One process's context, worker and endpoint to the other, for RMA and atomics. */
+struct Side : loom::test::UcpSide {
+    bool open(const char* tls) { return UcpSide::open(tls, kAllFeatures); }
+    /** Always in peer error mode: the tests kill peers. */
+    bool connect(const std::vector<std::uint8_t>& peer) { return UcpSide::connect(peer, true); }
 
     /** Waits for a status-or-request; @p info: a receive's, filled also when it completes later. */
     loom_status_t wait(loom_status_ptr_t r, int seconds = 30, loom_tag_recv_info_t* info = nullptr) {
-        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
-        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-        loom_status_t s;
-        while ((s = info ? loom_tag_recv_request_test(r, info) : loom_request_check_status(r)) ==
-               LOOM_INPROGRESS) {
-            if (std::chrono::steady_clock::now() > deadline) return LOOM_ERR_TIMED_OUT;
-            loom_worker_progress(worker);
-        }
-        loom_request_free(r);
-        return s;
-    }
-
-    ~Side() {
-        if (ep) {
-            loom_request_param_t p{};
-            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            (void)loom_ep_close_nbx(ep, &p);
-        }
-        if (worker) loom_worker_destroy(worker);
-        if (ctx) loom_cleanup(ctx);
+        return wait_with(
+            r, [info](void* q) { return info ? loom_tag_recv_request_test(q, info) : loom_request_check_status(q); },
+            seconds);
     }
 };
 
