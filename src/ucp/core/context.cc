@@ -6,6 +6,8 @@
 #include "ucs/sys/module.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 namespace loom::ucp {
 
@@ -22,7 +24,8 @@ const RegisteredTable<ContextConfig> g_table{
         field("TLS", "all",
               "Transports to use: all, a list (tcp,shm), or ^ and a list (^tcp: all but tcp). Names: "
               "self, shm, tcp, rc; the alias ib stands for every verbs transport (rc). An endpoint "
-              "can only reach a peer over a transport both sides allow.",
+              "can only reach a peer over a transport both sides allow. In a list, a name with :aux "
+              "(rc,tcp:aux) only carries the wire-up of transports that connect endpoint to endpoint.",
               &ContextConfig::tls, AllowListParser()),
         field("NET_DEVICES", "all",
               "Network devices to use: all, a list (rxe0:1,eth0) or ^ and a list. Shared memory and "
@@ -60,21 +63,23 @@ bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::
 
 const ucs::config::TableBase& context_config_table() { return g_table; }
 
-bool Context::tl_allowed(const AllowList& tls, const std::string& tl_name) {
+bool Context::tl_allowed(const AllowList& tls, const std::string& tl_name, bool* aux_only) {
     // Every verbs transport answers to "ib" as well as to its own name.
     const bool verbs = tl_name == "rc";
-    auto listed = [&](const std::string& name) {
-        for (const std::string& n : tls.names()) {
-            std::string lower = n;
-            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-            if (lower == name || (verbs && lower == "ib") || lower == "all") return true;
-        }
-        return false;
-    };
+    constexpr std::string_view kAux = ":aux";
+    bool plain = false, aux = false;
+    for (const std::string& n : tls.names()) {
+        std::string lower = n;
+        std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+        bool is_aux = lower.size() > kAux.size() && lower.ends_with(kAux);
+        if (is_aux) lower.resize(lower.size() - kAux.size());
+        if (lower == tl_name || (verbs && lower == "ib") || lower == "all") (is_aux ? aux : plain) = true;
+    }
+    if (aux_only != nullptr) *aux_only = tls.mode() == AllowList::Mode::only && aux && !plain;
     switch (tls.mode()) {
     case AllowList::Mode::all: return true;
-    case AllowList::Mode::only: return listed(tl_name);
-    case AllowList::Mode::all_except: return !listed(tl_name);
+    case AllowList::Mode::only: return plain || aux;
+    case AllowList::Mode::all_except: return !plain && !aux;
     }
     return false;
 }
@@ -93,7 +98,7 @@ Result<std::unique_ptr<Context>> Context::create(const ContextParams& params) {
     std::string seen;
     for (const uct::Component* component : uct::components()) {
         for (const std::string& md_name : component->query_md_resources()) {
-            std::vector<uct::TlResource> allowed;
+            std::vector<std::pair<uct::TlResource, bool>> allowed;  // and whether it is aux only
             std::unique_ptr<uct::Md> md;
             auto opened = component->md_open(md_name);
             if (!opened) {
@@ -103,15 +108,16 @@ Result<std::unique_ptr<Context>> Context::create(const ContextParams& params) {
             md = std::move(*opened);
             for (const uct::TlResource& tl : md->query_tl_resources()) {
                 seen += " " + tl.tl_name + "/" + tl.dev_name;
-                if (!tl_allowed(ctx->config_.tls, tl.tl_name)) continue;
+                bool aux_only = false;
+                if (!tl_allowed(ctx->config_.tls, tl.tl_name, &aux_only)) continue;
                 if (is_net(tl) && !ctx->config_.net_devices.allows(tl.dev_name)) continue;
-                allowed.push_back(tl);
+                allowed.emplace_back(tl, aux_only);
             }
             if (allowed.empty()) continue;
             uct::MdAttr md_attr;
             if (Status s = md->query(md_attr); s != Status::ok) return s;
-            for (const uct::TlResource& tl : allowed) {
-                ctx->resources_.push_back(ContextResource{component, md.get(), md_attr, tl});
+            for (const auto& [tl, aux_only] : allowed) {
+                ctx->resources_.push_back(ContextResource{component, md.get(), md_attr, tl, aux_only});
             }
             ctx->mds_.push_back(std::move(md));
         }

@@ -45,6 +45,7 @@ struct ContextResource {
     uct::Md* md = nullptr;  ///< owned by the context
     uct::MdAttr md_attr;
     uct::TlResource tl;
+    bool aux_only = false;  ///< LOOM_TLS named it "<tl>:aux": it only carries wire-up messages
 };
 
 /** Context creation parameters (the C API's loom_params_t, checked). */
@@ -85,8 +86,11 @@ public:
     const ContextConfig& config() const { return config_; }
     const std::vector<ContextResource>& resources() const { return resources_; }
 
-    /** True when LOOM_TLS allows transport @p tl_name (aliases: ib = every verbs transport, shm, all). */
-    static bool tl_allowed(const ucs::config::AllowList& tls, const std::string& tl_name);
+    /**
+     * True when LOOM_TLS allows transport @p tl_name (aliases: ib = every verbs transport,
+     * all). @p aux_only (optional) is set when the list names it only as "<name>:aux".
+     */
+    static bool tl_allowed(const ucs::config::AllowList& tls, const std::string& tl_name, bool* aux_only = nullptr);
 
 private:
     Context() = default;

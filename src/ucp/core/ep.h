@@ -3,7 +3,9 @@
  * of up to kMaxLanes transport endpoints ("lanes"). Wire-up picks the lanes from the
  * transports both sides have, deterministically and symmetrically (both sides rank
  * the same pairs the same way): the AM lane carries every tagged message and control
- * message in order; the rendezvous lane carries RDMA GET of large messages.
+ * message in order; the rendezvous lane carries RDMA GET of large messages. When one of
+ * them connects endpoint to endpoint (rc without rdma_cm), a wire-up lane on a transport
+ * that connects to ifaces carries the exchange of endpoint addresses (wireup.cc).
  */
 #pragma once
 
@@ -22,11 +24,19 @@ struct UnpackedAddress;
 inline constexpr unsigned kMaxLanes = 4;
 inline constexpr std::uint8_t kNoLane = 0xff;
 
+/** Connection state of a lane (endpoint-to-endpoint transports are wired up; wireup.cc). */
+enum LaneState : std::uint8_t {
+    kLaneReady = 0,        ///< connected (connect-to-iface lanes always are)
+    kLaneUnconnected = 1,  ///< endpoint-to-endpoint, waiting for the peer's endpoint address
+    kLaneHeld = 2,         ///< connected, but sends wait until the peer says its side is up
+};
+
 /** One transport endpoint of an Ep. */
 struct Lane {
     uct::Ep* ep = nullptr;
     std::uint8_t iface = 0;         ///< the local worker's iface index
     std::uint8_t remote_iface = 0;  ///< the peer's iface index, in its address order
+    std::uint8_t state = kLaneReady;
 };
 
 /** Error callback of an endpoint (the C API's loom_err_handler_cb_t). */
@@ -58,7 +68,8 @@ public:
     ucs::List<Request, &Request::ep_link> outstanding;  ///< sends not yet complete
     ucs::ListLink worker_link;
     Status failure;
-    std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these two fill padding
+    std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these three fill padding
+    std::uint8_t wireup_lane;     ///< the lane wire-up messages use, kNoLane without ep-to-ep lanes
     std::uint32_t rma_pending;    ///< RMA requests queued on an RMA lane that is not the AM lane
     EpErrorCallback on_error;
     void* on_error_arg;

@@ -75,12 +75,32 @@ struct RtsHdr {
     std::uint32_t reserved;
 };
 
-/** Wire-up message: who the sender is, followed by its packed worker address. */
+/**
+ * Wire-up message (wireup.cc). A request or a reply carries the sender's packed worker
+ * address and then num_lanes WireupLaneHdr entries, one per endpoint-to-endpoint lane,
+ * each followed by the sender's transport endpoint address. An acknowledgement carries
+ * the header only.
+ */
 struct WireupHdr {
-    std::uint8_t type;  ///< kWireupRequest
-    std::uint8_t reserved[7];
+    std::uint8_t type;       ///< kWireupRequest, kWireupReply or kWireupAck
+    std::uint8_t num_lanes;  ///< endpoint-to-endpoint lane entries after the address
+    std::uint8_t reserved[6];
+    std::uint64_t src_ep_id;  ///< the sender's endpoint (0: it has no endpoint-to-endpoint lanes)
+    std::uint64_t dst_ep_id;  ///< the receiver's endpoint (reply, acknowledgement; 0 in a request)
 };
+/** Request: "here is my address (and my endpoints' addresses): make an endpoint back". */
 inline constexpr std::uint8_t kWireupRequest = 1;
+/** Reply to a request with endpoint entries: the sender's lanes are connected, sends held. */
+inline constexpr std::uint8_t kWireupReply = 2;
+/** After a reply: the sender's lanes are connected too, the receiver may release its sends. */
+inline constexpr std::uint8_t kWireupAck = 3;
+
+/** One endpoint-to-endpoint lane in a wire-up request or reply; ep_addr_len address bytes follow. */
+struct WireupLaneHdr {
+    std::uint8_t sender_iface;    ///< the sender's iface index (in its address order)
+    std::uint8_t receiver_iface;  ///< the receiver's iface index (in its address order)
+    std::uint16_t ep_addr_len;
+};
 
 /**
  * What leads every active message: the application's id, kAmWire* flags and the

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string_view>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include <sys/epoll.h>
@@ -52,17 +53,16 @@ Request* RequestTable::take(std::uint64_t wire_id) {
 namespace {
 
 /**
- * rc connects either endpoint to endpoint (verbs: QP addresses exchanged by the layer
- * above) or through rdma_cm (the iface listens on its IP address). The protocol layer
- * does not wire up endpoint-to-endpoint lanes yet, so, unless LOOM_IB_CM says otherwise,
- * its rc ifaces connect through rdma_cm, the usual way on RoCE and the only one on iWARP
- * (docs/protocols.md). An explicit LOOM_IB_CM=verbs leaves rc out of the protocol layer,
- * with the reason in the log.
+ * rc connects either endpoint to endpoint (verbs: QP addresses exchanged by wire-up over
+ * another lane, wireup.cc) or through rdma_cm (the iface listens on its IP address, and
+ * rc needs no other transport). Unless LOOM_IB_CM says otherwise, the protocol layer's rc
+ * ifaces use rdma_cm where the port has an IP address (RoCE, iWARP, InfiniBand with
+ * IPoIB) and verbs elsewhere (docs/protocols.md).
  */
 ucs::config::Overrides rc_overrides() {
     const char* cm = std::getenv("LOOM_IB_CM");
     if (cm != nullptr && std::string_view(cm) != "auto") return {};
-    return {{"IB_CM", "rdmacm"}};
+    return {{"IB_CM", "prefer_rdmacm"}};
 }
 
 }  // namespace
@@ -386,7 +386,7 @@ std::vector<std::uint8_t> Worker::pack_address() const {
         put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
         out.insert(out.end(), name.begin(), name.end());
         put<std::uint8_t>(out, static_cast<std::uint8_t>(wi.rsc->tl.dev_type));
-        put<std::uint64_t>(out, wi.attr.cap_flags);
+        put<std::uint64_t>(out, wi.attr.cap_flags | (wi.rsc->aux_only ? kAddrCapAuxOnly : 0));
         put<float>(out, static_cast<float>(wi.attr.latency.c));
         put<float>(out, static_cast<float>(wi.attr.bandwidth_dedicated));
         put<float>(out, static_cast<float>(wi.attr.overhead));
@@ -550,6 +550,27 @@ ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t 
         &arg, 0);
 }
 
+Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* data, std::size_t length) {
+    Request* req = worker.alloc_request();
+    if (req == nullptr) return nullptr;
+    req->flags |= kReqCtrl;
+    req->send.ep = ep;
+    req->send.ctrl_am_id = id;
+    req->send.ctrl_length = static_cast<std::uint16_t>(length);
+    if (length <= sizeof(req->send.ctrl_data)) {
+        std::memcpy(req->send.ctrl_data, data, length);
+        return req;
+    }
+    void* copy = std::malloc(length);
+    if (copy == nullptr) {
+        worker.release(req);
+        return nullptr;
+    }
+    std::memcpy(copy, data, length);
+    req->send.ctrl_heap = copy;
+    return req;
+}
+
 namespace {
 
 Status ctrl_progress(Request* req) {
@@ -574,23 +595,8 @@ Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t len
         if (n >= 0) return Status::ok;
         if (n != static_cast<ssize_t>(Status::no_resource)) return static_cast<Status>(n);
     }
-    Request* req = alloc_request();
+    Request* req = make_ctrl_request(*this, ep, id, data, length);
     if (req == nullptr) return Status::no_memory;
-    req->flags |= kReqCtrl;
-    req->send.ep = ep;
-    req->send.ctrl_am_id = id;
-    req->send.ctrl_length = static_cast<std::uint16_t>(length);
-    if (length <= sizeof(req->send.ctrl_data)) {
-        std::memcpy(req->send.ctrl_data, data, length);
-    } else {
-        void* copy = std::malloc(length);
-        if (copy == nullptr) {
-            release(req);
-            return Status::no_memory;
-        }
-        std::memcpy(copy, data, length);
-        req->send.ctrl_heap = copy;
-    }
     req->send.progress = ctrl_progress;
     Status s = send_request_start(req);
     return s == Status::in_progress ? Status::ok : s;
@@ -661,6 +667,8 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         std::uint8_t local, remote;
         double cost, bandwidth;
         bool get_zcopy;
+        bool to_ep;     ///< connects endpoint to endpoint: needs a wire-up lane
+        bool aux_only;  ///< "<tl>:aux" on either side: a wire-up lane only
     };
     std::vector<Candidate> candidates;
     std::string why;
@@ -669,8 +677,9 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         for (std::size_t j = 0; j < address.ifaces.size(); ++j) {
             const RemoteIface& ri = address.ifaces[j];
             if (ri.tl_name != wi.rsc->tl.tl_name) continue;
-            if (!(wi.attr.cap_flags & uct::kCapConnectToIface)) {
-                why += " " + ri.tl_name + ": connects endpoint to endpoint (not wired up yet);";
+            const bool to_ep = !(wi.attr.cap_flags & uct::kCapConnectToIface);
+            if (to_ep && !(wi.attr.cap_flags & uct::kCapConnectToEp)) {
+                why += " " + ri.tl_name + ": connects neither to ifaces nor to endpoints;";
                 continue;
             }
             if ((wi.attr.cap_flags & uct::kCapSelfOnly) && address.uuid != worker.uuid) {
@@ -689,20 +698,45 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
             c.cost = std::max<double>(wi.attr.latency.c, ri.latency) + wi.attr.overhead + ri.overhead;
             c.bandwidth = std::min<double>(wi.attr.bandwidth_dedicated, ri.bandwidth);
             c.get_zcopy = (wi.attr.cap_flags & uct::kCapGetZcopy) && (ri.cap_flags & uct::kCapGetZcopy);
+            c.to_ep = to_ep;
+            c.aux_only = wi.rsc->aux_only || (ri.cap_flags & kAddrCapAuxOnly);
             candidates.push_back(c);
         }
     }
+    // Endpoint-to-endpoint lanes exchange their addresses over a lane that is up at once:
+    // the cheapest connect-to-iface candidate that carries active messages (both sides
+    // rank the same way, so both pick the same one). Without one they cannot be used.
+    auto name_of = [&](const Candidate& c) { return worker.ifaces[c.local].rsc->tl.tl_name; };
+    auto cheaper = [&](const Candidate& a, const Candidate& b) {
+        if (a.cost != b.cost) return a.cost < b.cost;
+        return name_of(a) < name_of(b);
+    };
+    std::optional<Candidate> wireup;
+    for (const Candidate& c : candidates) {
+        if (c.to_ep || !(worker.ifaces[c.local].attr.cap_flags & uct::kCapAmBcopy)) continue;
+        if (!wireup || cheaper(c, *wireup)) wireup = c;
+    }
+    std::erase_if(candidates, [&](const Candidate& c) {
+        const std::string name = name_of(c) + "/" + worker.ifaces[c.local].rsc->tl.dev_name;
+        if (c.aux_only) {
+            why += " " + name + ": only carries wire-up (:aux in LOOM_TLS);";
+            return true;
+        }
+        if (c.to_ep && !wireup) {
+            why += " " + name +
+                   ": connects endpoint to endpoint and needs a transport that connects to ifaces (tcp, shm) "
+                   "for its wire-up;";
+            return true;
+        }
+        return false;
+    });
     if (candidates.empty()) {
         LOOM_LOG_ERROR("ucp: no transport reaches the peer:{}", why.empty() ? " no transport in common" : why);
         return Status::unreachable;
     }
     // Both sides rank by the same symmetric figures; the transport name breaks ties so
     // both pick the same pair.
-    auto name_of = [&](const Candidate& c) { return worker.ifaces[c.local].rsc->tl.tl_name; };
-    auto am_best = *std::min_element(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
-        if (a.cost != b.cost) return a.cost < b.cost;
-        return name_of(a) < name_of(b);
-    });
+    auto am_best = *std::min_element(candidates.begin(), candidates.end(), cheaper);
     const Candidate* rndv_best = nullptr;
     for (const Candidate& c : candidates) {
         if (!c.get_zcopy) continue;
@@ -716,10 +750,12 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         const WorkerIface& wi = worker.ifaces[c.local];
         const RemoteIface& ri = address.ifaces[c.remote];
         uct::EpParams params;
-        params.dev_addr = ri.dev_addr.data();
-        params.dev_addr_len = ri.dev_addr.size();
-        params.iface_addr = ri.iface_addr.data();
-        params.iface_addr_len = ri.iface_addr.size();
+        if (!c.to_ep) {  // else created unconnected, connected by wire-up (wireup.cc)
+            params.dev_addr = ri.dev_addr.data();
+            params.dev_addr_len = ri.dev_addr.size();
+            params.iface_addr = ri.iface_addr.data();
+            params.iface_addr_len = ri.iface_addr.size();
+        }
         params.on_error = uct_ep_error;
         params.on_error_arg = &ep;
         auto uep = wi.iface->ep_create(params);
@@ -728,9 +764,10 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
                            to_string(uep.status()));
             return uep.status();
         }
-        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote};
+        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote, c.to_ep ? kLaneUnconnected : kLaneReady};
         return Status::ok;
     };
+    ep.wireup_lane = kNoLane;
     if (Status s = open_lane(am_best); s != Status::ok) return s;
     ep.am_lane = 0;
     ep.am_ep = ep.lanes[0].ep;
@@ -741,6 +778,12 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         } else if (open_lane(*rndv_best) == Status::ok) {
             ep.rndv_lane = 1;
         }
+    }
+    if (am_best.to_ep || (ep.rndv_lane != kNoLane && rndv_best->to_ep)) {
+        // A lane of its own, even when the rendezvous lane is the same pair: its queue
+        // then holds only wire-up messages (wireup_ep_gone purges it as such).
+        if (Status s = open_lane(*wireup); s != Status::ok) return s;
+        ep.wireup_lane = static_cast<std::uint8_t>(ep.num_lanes - 1);
     }
     const WorkerIface& am = worker.ifaces[am_best.local];
     ep.max_short = (am.attr.cap_flags & uct::kCapAmShort) ? static_cast<std::uint32_t>(am.attr.am.max_short) : 0;
@@ -771,6 +814,7 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
     }
     eps.push_back(*ep);
     ep_by_uuid.emplace(address.uuid, ep);  // keeps the first endpoint to that worker
+    wireup_ep_created(*this, ep);
     if (context.config().proto_info) {
         // Asked for explicitly: printed whatever the log level.
         std::fputs(describe_protocols(*ep, "[loom] ").c_str(), stderr);
@@ -786,6 +830,11 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
                                  ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.dev_name;
     std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
                                   ep.remote_uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name);
+    if (ep.wireup_lane != kNoLane) {
+        const WorkerIface& wl = ifaces[ep.lanes[ep.wireup_lane].iface];
+        out += fmt::format("{}  endpoint-to-endpoint lanes wired up over {}/{}\n", prefix, wl.rsc->tl.tl_name,
+                           wl.rsc->tl.dev_name);
+    }
     if (ep.max_short > 0) out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, ep.max_short);
     out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix,
                        ep.max_short > 0 ? ep.max_short + 1 : 0, ep.rndv_thresh - 1, ep.max_bcopy);
@@ -836,6 +885,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     if (ep->failure == Status::ok) ep->failure = status;
     purge_am_lane(ep, status);
     rma_ep_purge(*this, ep, status);
+    wireup_ep_gone(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     stream_ep_closed(*this, ep, status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
@@ -858,45 +908,6 @@ void Worker::ep_fail(Ep* ep, Status status) {
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
         ep->on_error(ep->on_error_arg, ep, static_cast<int>(status));
     }
-}
-
-// --- wire-up -----------------------------------------------------------------------------
-
-Status Worker::send_wireup(Ep* ep) {
-    std::vector<std::uint8_t> msg(sizeof(WireupHdr));
-    msg[0] = kWireupRequest;
-    std::vector<std::uint8_t> addr = pack_address();
-    msg.insert(msg.end(), addr.begin(), addr.end());
-    if (msg.size() > ep->max_bcopy) {
-        LOOM_LOG_ERROR("ucp: the worker address ({} bytes) does not fit one message of the AM lane ({} bytes)",
-                       msg.size(), ep->max_bcopy);
-        return Status::exceeds_limit;
-    }
-    return send_ctrl(ep, kAmWireup, msg.data(), msg.size());
-}
-
-Status wireup_handler(void* arg, void* data, std::size_t length, unsigned) {
-    auto* worker = static_cast<Worker*>(arg);
-    if (length < sizeof(WireupHdr)) {
-        LOOM_LOG_WARN("ucp: dropped a wire-up message of {} bytes (truncated)", length);
-        return Status::ok;
-    }
-    WireupHdr hdr;
-    std::memcpy(&hdr, data, sizeof(hdr));
-    if (hdr.type != kWireupRequest) {
-        LOOM_LOG_WARN("ucp: dropped a wire-up message of unknown type {}", hdr.type);
-        return Status::ok;
-    }
-    auto address = Worker::unpack_address(static_cast<std::uint8_t*>(data) + sizeof(hdr), length - sizeof(hdr));
-    if (!address) {
-        LOOM_LOG_WARN("ucp: dropped a wire-up request with a bad address");
-        return Status::ok;
-    }
-    if (worker->ep_by_uuid.count(address->uuid) != 0) return Status::ok;
-    // The peer will need replies (acknowledgements, rendezvous): an endpoint back to it.
-    auto ep = worker->ep_create(*address, true, 0);
-    if (!ep) LOOM_LOG_WARN("ucp: cannot create the reply endpoint to {:016x}", address->uuid);
-    return Status::ok;
 }
 
 }  // namespace loom::ucp

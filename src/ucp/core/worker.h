@@ -56,6 +56,13 @@ struct UnpackedAddress {
     std::vector<RemoteIface> ifaces;
 };
 
+/**
+ * A flag of the protocol layer in an address entry's capability word, a bit no transport
+ * capability uses: the sender only carries wire-up on this transport (LOOM_TLS "tcp:aux"),
+ * so that both sides leave it out of their data lanes alike.
+ */
+inline constexpr std::uint64_t kAddrCapAuxOnly = 1ull << 63;
+
 /** Version of the packed worker address; unpack refuses others with version_mismatch. */
 inline constexpr std::uint8_t kAddressVersion = 1;
 
@@ -138,8 +145,18 @@ public:
     /** The size ranges of @p ep's protocols and their lanes, one line each after @p prefix. */
     std::string describe_protocols(const Ep& ep, const char* prefix) const;
 
-    /** Tells the peer of @p ep who we are, so it can reply (sync acknowledgements, rendezvous). */
+    /**
+     * Tells the peer of @p ep who we are, so it can reply (sync acknowledgements,
+     * rendezvous), and starts connecting @p ep's endpoint-to-endpoint lanes (wireup.cc).
+     */
     Status send_wireup(Ep* ep);
+
+    /**
+     * Sends a control message on lane @p lane of @p ep: the AM lane goes through
+     * send_ctrl (ordered with the endpoint's other sends); another lane queues on its own
+     * pending queue when busy. ok or an error.
+     */
+    Status send_ctrl_on_lane(Ep* ep, std::uint8_t lane, uct::AmId id, const void* data, std::size_t length);
 
     /** Destroys @p ep now: its outstanding sends complete with @p status. */
     void ep_destroy(Ep* ep, Status status);
@@ -191,6 +208,14 @@ public:
     ucs::MemPool rma_ops;          ///< completion records of RMA transfers in flight (src/ucp/rma)
     RequestTable req_table;
     std::unordered_map<std::uint64_t, Ep*> ep_by_uuid;
+    /** Endpoints with endpoint-to-endpoint lanes: their wire-up ids (wireup.cc). */
+    struct EpWireup {
+        std::uint64_t id = 0;         ///< names the endpoint in wire-up messages
+        std::uint64_t remote_id = 0;  ///< the peer endpoint's id, 0 until it is known
+    };
+    std::unordered_map<const Ep*, EpWireup> wireup_state;
+    std::unordered_map<std::uint64_t, Ep*> wireup_by_id;
+    std::uint64_t next_wireup_id = 1;
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
@@ -250,6 +275,9 @@ private:
     Worker* worker_;
 };
 
+/** A control request of @p ep holding a copy of @p data (message @p id); nullptr without memory. */
+Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* data, std::size_t length);
+
 /** Sends @p length bytes at @p data as one am_bcopy; returns what ep_am_bcopy returns. */
 ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t length);
 
@@ -258,10 +286,16 @@ ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t 
 /** Registers the tag protocol's AM handlers on every iface of @p worker. */
 Status tag_register_handlers(Worker& worker);
 
-/** Handles a peer's wire-up request (src/ucp/core/wireup.cc). */
+/** Handles a peer's wire-up message: request, reply or acknowledgement (src/ucp/core/wireup.cc). */
 Status wireup_handler(void* arg, void* data, std::size_t length, unsigned flags);
 
-/** Lane selection for an endpoint (ep.cc). */
+/** Registers @p ep for wire-up when it has endpoint-to-endpoint lanes (wireup.cc). */
+void wireup_ep_created(Worker& worker, Ep* ep);
+
+/** Forgets @p ep's wire-up state and fails the control messages queued on its wire-up lane. */
+void wireup_ep_gone(Worker& worker, Ep* ep, Status status);
+
+/** Lane selection for an endpoint (worker.cc). */
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
 
 /** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */

@@ -202,9 +202,18 @@ public:
     /** Refuses @p request with optional private data for the client (kCapConnectToSockaddr). */
     virtual Status reject(ConnRequest* request, const void* priv, std::size_t priv_len);
 
-    /** Connects a connect-to-ep endpoint to the peer's endpoint address. */
+    /**
+     * Connects a connect-to-ep endpoint to the peer's endpoint address. With
+     * kConnectHoldSends in @p flags the endpoint receives at once but sends nothing
+     * (sends return no_resource and wait in the pending queue) until ep_release_sends:
+     * the side that connects first cannot know whether the peer's endpoint is ready to
+     * receive yet, and traffic sent too early would wait for a retransmission timeout.
+     */
     virtual Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
-                                    const std::uint8_t* ep_addr, std::size_t ep_addr_len);
+                                    const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags = 0);
+
+    /** Lets an endpoint connected with kConnectHoldSends send; ok (nothing to do) when it already can. */
+    virtual Status ep_release_sends(Ep* ep);
 
     /**
      * An fd that becomes readable when progress may find work (kCapEventRecv), or

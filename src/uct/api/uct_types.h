@@ -105,6 +105,11 @@ struct PendingReq {
 using PendingPurgeCallback = void (*)(PendingReq* req, void* arg);
 
 /** Flush flags. */
+/** Flags of Iface::ep_connect_to_ep. */
+enum ConnectFlags : unsigned {
+    kConnectHoldSends = 1u << 0  ///< receive at once, send only after Iface::ep_release_sends
+};
+
 enum FlushFlags : unsigned {
     kFlushLocal = 0,        ///< local completion (the buffers may be reused)
     kFlushCancel = 1u << 0  ///< complete outstanding operations with Status::canceled (ep only)

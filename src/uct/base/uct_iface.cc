@@ -115,9 +115,11 @@ void Iface::progress_disable() {
 
 Status Iface::ep_get_address(Ep*, std::uint8_t*) { return Status::unsupported; }
 
-Status Iface::ep_connect_to_ep(Ep*, const std::uint8_t*, std::size_t, const std::uint8_t*, std::size_t) {
+Status Iface::ep_connect_to_ep(Ep*, const std::uint8_t*, std::size_t, const std::uint8_t*, std::size_t, unsigned) {
     return Status::unsupported;
 }
+
+Status Iface::ep_release_sends(Ep*) { return Status::unsupported; }
 
 Result<int> Iface::event_fd() { return Status::unsupported; }
 

@@ -50,10 +50,14 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    &IbConfig::srq, cfg::TernaryParser()),
         cfg::field("CM", "auto",
                    "Connection method: verbs (endpoint to endpoint, InfiniBand and RoCE), rdmacm (the iface "
-                   "listens on its IP address; required on iWARP) or auto.",
+                   "listens on its IP address; required on iWARP), prefer_rdmacm (rdmacm where the port has an "
+                   "IP address, else verbs; what the protocol layer uses unless this is set) or auto (verbs, "
+                   "rdmacm on iWARP).",
                    &IbConfig::cm,
-                   cfg::EnumParser<CmMode>(
-                       {{"auto", CmMode::auto_}, {"verbs", CmMode::verbs}, {"rdmacm", CmMode::rdmacm}})),
+                   cfg::EnumParser<CmMode>({{"auto", CmMode::auto_},
+                                            {"verbs", CmMode::verbs},
+                                            {"rdmacm", CmMode::rdmacm},
+                                            {"prefer_rdmacm", CmMode::prefer_rdmacm}})),
         cfg::field("TIMEOUT", "1s",
                    "Time the transport waits for an acknowledgement before retransmitting (rounded up to the "
                    "verbs encoding, 4.096 us * 2^n).",
@@ -98,6 +102,7 @@ const char* to_string(CmMode mode) noexcept {
     case CmMode::auto_: return "auto";
     case CmMode::verbs: return "verbs";
     case CmMode::rdmacm: return "rdmacm";
+    case CmMode::prefer_rdmacm: return "prefer_rdmacm";
     }
     return "unknown";
 }

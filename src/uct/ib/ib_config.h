@@ -20,6 +20,8 @@ enum class CmMode : std::uint8_t {
     auto_,   ///< verbs endpoint-to-endpoint on InfiniBand and RoCE, rdma_cm on iWARP (which requires it)
     verbs,   ///< connect-to-ep: the QPs are moved to RTS with the peer's QP number and GID (not iWARP)
     rdmacm,  ///< connect-to-iface: the iface listens on an rdma_cm id at its IP address
+    /** rdmacm where the port has an IP address and rdma_cm works, else verbs (the protocol layer's default). */
+    prefer_rdmacm,
 };
 
 /** Values of the LOOM_IB_* variables. */

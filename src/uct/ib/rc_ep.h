@@ -123,7 +123,8 @@ struct RcEpCold {
     rdma_cm_id* cm_id = nullptr;  ///< rdma_cm connections
     CmState cm_state = CmState::none;
     std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)
-    std::uint16_t peer_window = 0;                   ///< accepted connections: the credits the peer offered
+    std::uint16_t peer_window = 0;                   ///< accepted or held connections: the credits the peer offered
+    bool hold_sends = false;                         ///< connected with kConnectHoldSends, not released yet
     ConnectCallback on_connect = nullptr;            ///< client/server endpoints (EpParams::on_connect)
     void* on_connect_arg = nullptr;
     std::vector<std::uint8_t> user_priv;             ///< client: private data for the connect request

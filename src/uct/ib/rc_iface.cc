@@ -114,6 +114,13 @@ Status RcIface::init() {
     // Connection model.
     CmMode cm = config_.cm;
     if (cm == CmMode::auto_) cm = iwarp_ ? CmMode::rdmacm : CmMode::verbs;
+    if (cm == CmMode::prefer_rdmacm) {
+        // InfiniBand without IPoIB has no address rdma_cm could listen on: verbs, wired up
+        // by the layer above.
+        const bool usable = iwarp_ || (md_->rdmacm_usable() && netdev_ip(port_.netdev).has_value());
+        cm = usable ? CmMode::rdmacm : CmMode::verbs;
+        LOOM_LOG_DEBUG("rc/{}: LOOM_IB_CM=prefer_rdmacm: {}", name, to_string(cm));
+    }
     if (cm == CmMode::verbs && iwarp_) {
         LOOM_LOG_ERROR("rc/{}: LOOM_IB_CM=verbs is impossible on iWARP, which connects through rdma_cm",
                        name);
@@ -738,11 +745,11 @@ Status RcIface::ep_get_address(Ep* tl_ep, std::uint8_t* out) {
 }
 
 Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
-                                 const std::uint8_t* ep_addr, std::size_t ep_addr_len) {
+                                 const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags) {
     auto* ep = static_cast<RcEp*>(tl_ep);
     const std::string& name = resource().dev_name;
     if (use_rdmacm_) return Status::unsupported;
-    if (ep->flags & (kEpConnected | kEpFailed | kEpClosing)) {
+    if ((ep->flags & (kEpConnected | kEpFailed | kEpClosing)) || ep->cold->hold_sends) {
         LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: the endpoint is already connected or failed", name);
         return Status::invalid_param;
     }
@@ -814,7 +821,31 @@ Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::s
     ibv_gid peer_gid;
     std::memcpy(peer_gid.raw, dev.gid, sizeof(peer_gid.raw));
     ep->cold->peer = fmt::format("QP {:#x} at {}", peer.qpn, gid_text(peer_gid));
+    if (flags & kConnectHoldSends) {
+        // Ready to receive; sends wait (no_resource, pending) until ep_release_sends says the
+        // peer's QP is past RTR: packets reaching a QP still in INIT are dropped and would
+        // only be retransmitted after LOOM_IB_TIMEOUT.
+        ep->cold->hold_sends = true;
+        ep->cold->peer_window = peer.window;
+        LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} receives from {}; its sends wait for the peer", name, ep->qp_num,
+                       ep->cold->peer);
+        return Status::ok;
+    }
     connected(ep, peer.window);
+    return Status::ok;
+}
+
+Status RcIface::ep_release_sends(Ep* tl_ep) {
+    auto* ep = static_cast<RcEp*>(tl_ep);
+    if (!ep->cold->hold_sends) {
+        if (ep->flags & kEpFailed) return ep->cold->status;
+        if (ep->flags & kEpConnected) return Status::ok;
+        LOOM_LOG_ERROR("rc/{}: ep_release_sends: the endpoint is not connected", resource().dev_name);
+        return Status::invalid_param;
+    }
+    ep->cold->hold_sends = false;
+    if (ep->flags & (kEpFailed | kEpClosing)) return resource_status(ep);
+    connected(ep, ep->cold->peer_window);
     return Status::ok;
 }
 

@@ -108,7 +108,8 @@ public:
     Status reject(ConnRequest* request, const void* priv, std::size_t priv_len) override;
     Status ep_get_address(Ep* ep, std::uint8_t* out) override;
     Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
-                            const std::uint8_t* ep_addr, std::size_t ep_addr_len) override;
+                            const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags = 0) override;
+    Status ep_release_sends(Ep* ep) override;
 
     // --- used by the data path (rc_ep.cc) ----------------------------------------------------
 

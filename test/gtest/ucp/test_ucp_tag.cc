@@ -5,6 +5,9 @@
  */
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp/api/handles.h"
+#include "ucp/core/ep.h"
+#include "ucp/core/wire.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -497,6 +501,150 @@ TEST(UcpEndpoint, SelfCannotReachAnotherWorkerAndSaysSo) {
     loom_cleanup(ctx);
 }
 
+/**
+ * "<tl>:aux" in LOOM_TLS: the transport only carries wire-up, never data, and a peer
+ * that says so in its address is treated the same way (both sides choose alike).
+ */
+TEST(UcpEndpoint, AuxTransportsCarryOnlyWireup) {
+    struct Side {
+        loom_context_h ctx = nullptr;
+        loom_worker_h worker = nullptr;
+        explicit Side(const char* tls) {
+            setenv("LOOM_TLS", tls, 1);
+            loom_params_t params{};
+            params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+            params.features = LOOM_FEATURE_TAG;
+            EXPECT_EQ(LOOM_OK, loom_init(&params, &ctx));
+            unsetenv("LOOM_TLS");
+            if (ctx != nullptr) {
+                EXPECT_EQ(LOOM_OK, loom_worker_create(ctx, nullptr, &worker));
+            }
+        }
+        ~Side() {
+            if (worker != nullptr) loom_worker_destroy(worker);
+            if (ctx != nullptr) loom_cleanup(ctx);
+        }
+        loom_status_t connect(Side& to, loom_ep_h* ep) {
+            void* addr;
+            size_t len;
+            EXPECT_EQ(LOOM_OK, loom_worker_get_address(to.worker, &addr, &len));
+            loom_ep_params_t ep_params{};
+            ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+            ep_params.address = addr;
+            loom_status_t s = loom_ep_create(worker, &ep_params, ep);
+            loom_worker_release_address(to.worker, addr);
+            return s;
+        }
+    };
+    {
+        Side a("tcp:aux"), b("tcp:aux");
+        ASSERT_NE(nullptr, a.worker);
+        loom::test::LogCapture errors("error");
+        loom_ep_h ep = nullptr;
+        EXPECT_EQ(LOOM_ERR_UNREACHABLE, a.connect(b, &ep));
+        EXPECT_EQ(1, errors.count("only carries wire-up"));
+    }
+    {
+        // Only the peer says aux: this side leaves tcp out as well.
+        Side a("tcp"), b("tcp:aux");
+        ASSERT_NE(nullptr, b.worker);
+        loom::test::LogCapture errors("error");
+        loom_ep_h ep = nullptr;
+        EXPECT_EQ(LOOM_ERR_UNREACHABLE, a.connect(b, &ep));
+        EXPECT_EQ(1, errors.count("tcp/lo: only carries wire-up"));
+    }
+    {
+        // Nothing here connects endpoint to endpoint: shm carries everything, tcp stays idle.
+        setenv("LOOM_PROTO_INFO", "y", 1);
+        Side a("shm,tcp:aux"), b("shm,tcp:aux");
+        unsetenv("LOOM_PROTO_INFO");
+        loom_ep_h ep = nullptr;
+        testing::internal::CaptureStderr();
+        EXPECT_EQ(LOOM_OK, a.connect(b, &ep));
+        std::string info = testing::internal::GetCapturedStderr();
+        EXPECT_NE(std::string::npos, info.find("(AM lane shm/")) << info;
+        EXPECT_EQ(std::string::npos, info.find("tcp")) << info;
+        loom_request_param_t p{};
+        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+        p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+        (void)loom_ep_close_nbx(ep, &p);
+    }
+}
+
+/** Wire-up messages are checked before use: each bad one is dropped with one line. */
+TEST_P(UcpTagTest, MalformedWireupMessagesAreDropped) {
+    send_recv(8, true);  // both endpoints are up
+    auto* ep = reinterpret_cast<loom::ucp::Ep*>(ep_);
+    void* addr;
+    size_t addr_len;
+    ASSERT_EQ(LOOM_OK, loom_worker_get_address(sender_, &addr, &addr_len));
+    std::vector<std::uint8_t> address(static_cast<std::uint8_t*>(addr), static_cast<std::uint8_t*>(addr) + addr_len);
+    loom_worker_release_address(sender_, addr);
+    auto message = [&](std::uint8_t type, std::uint8_t num_lanes, std::uint64_t src, std::uint64_t dst,
+                       const std::vector<std::uint8_t>& tail) {
+        loom::ucp::WireupHdr hdr{};
+        hdr.type = type;
+        hdr.num_lanes = num_lanes;
+        hdr.src_ep_id = src;
+        hdr.dst_ep_id = dst;
+        std::vector<std::uint8_t> m(sizeof(hdr) + tail.size());
+        std::memcpy(m.data(), &hdr, sizeof(hdr));
+        std::copy(tail.begin(), tail.end(), m.begin() + sizeof(hdr));
+        return m;
+    };
+    // Sends @p m and progresses until @p arrived says its log line is there (bounded), or
+    // a while when it leaves no line at warn level.
+    auto deliver = [&](const std::vector<std::uint8_t>& m, const std::function<bool()>& arrived = nullptr) {
+        ssize_t n;
+        while ((n = loom::ucp::am_bcopy_bytes(ep->am_ep, loom::ucp::kAmWireup, m.data(), m.size())) ==
+               static_cast<ssize_t>(loom::Status::no_resource)) {
+            progress();
+        }
+        ASSERT_GE(n, 0);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        if (!arrived) {
+            for (int i = 0; i < 200; ++i) progress();
+            return;
+        }
+        while (!arrived() && std::chrono::steady_clock::now() < deadline) progress();
+    };
+    std::vector<std::uint8_t> one_lane = address;  // an entry for a lane nobody has
+    loom::ucp::WireupLaneHdr lane{0, 0, 4};
+    one_lane.insert(one_lane.end(), reinterpret_cast<std::uint8_t*>(&lane),
+                    reinterpret_cast<std::uint8_t*>(&lane) + sizeof(lane));
+    one_lane.insert(one_lane.end(), {1, 2, 3, 4});
+    {
+        loom::test::LogCapture warnings("warn");
+        auto logged = [&](const char* what, int n) { return [&warnings, what, n] { return warnings.count(what) == n; }; };
+        deliver(std::vector<std::uint8_t>(4, 1), logged("truncated", 1));
+        EXPECT_EQ(1, warnings.count("truncated"));
+        deliver(message(9, 0, 0, 0, address), logged("unknown type 9", 1));
+        EXPECT_EQ(1, warnings.count("unknown type 9"));
+        deliver(message(loom::ucp::kWireupRequest, 0, 0, 0, {address.begin(), address.begin() + 10}),
+                logged("bad address", 1));
+        EXPECT_EQ(1, warnings.count("bad address"));
+        const char* malformed = "malformed wire-up message";
+        deliver(message(loom::ucp::kWireupRequest, 2, 5, 0, one_lane), logged(malformed, 1));  // 2 entries, has 1
+        deliver(message(loom::ucp::kWireupRequest, 1, 0, 0, one_lane), logged(malformed, 2));  // no sender id
+        deliver(message(loom::ucp::kWireupReply, 0, 5, 1, address), logged(malformed, 3));     // no entries
+        EXPECT_EQ(3, warnings.count(malformed));
+        // Replies and acknowledgements for endpoints that do not exist find nothing.
+        deliver(message(loom::ucp::kWireupReply, 1, 5, 12345, one_lane));
+        deliver(message(loom::ucp::kWireupAck, 0, 5, 12345, {}));
+    }
+    {
+        // Well formed, but for a lane the receiver does not have, or (endpoint-to-endpoint
+        // sets) with an endpoint address its transport refuses.
+        loom::test::LogCapture errors("error");
+        auto refused = [&] { return errors.count("lanes this worker does not use") + errors.count("wire-up with"); };
+        deliver(message(loom::ucp::kWireupRequest, 1, 5, 0, one_lane), [&] { return refused() > 0; });
+        EXPECT_EQ(1, refused());
+    }
+    // Nothing above disturbed the endpoints.
+    send_recv(100, true);
+    send_recv(70000, false);
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}),
@@ -508,10 +656,72 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
  */
 std::vector<TlSet> verbs_sets() {
     if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (cm != nullptr && std::string(cm) == "verbs") return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
     return {TlSet{"rc", "rc", false}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(verbs_sets()),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+/**
+ * Endpoint-to-endpoint rc (LOOM_IB_CM=verbs: QPs connected by the protocol layer's
+ * wire-up over tcp), where test/rdma/run_rdma_tests.sh runs it on RoCE devices. The
+ * whole tag suite runs on this set too (verbs_sets); these cases check the wire-up itself.
+ */
+class UcpEpToEpTest : public UcpTagTest {};
+
+TEST_P(UcpEpToEpTest, RcLanesAreWiredUpOverTcp) {
+    testing::internal::CaptureStderr();
+    init({{"LOOM_PROTO_INFO", "y"}});
+    send_recv(8, true);
+    send_recv(1 << 20, true);  // rendezvous: RDMA GET on the wired-up QP
+    std::string info = testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string::npos, info.find("(AM lane rc/")) << info;
+    EXPECT_NE(std::string::npos, info.find("lanes wired up over tcp/")) << info;
+    EXPECT_NE(std::string::npos, info.find("RDMA GET on rc/")) << info;
+}
+
+TEST_P(UcpEpToEpTest, BothSidesConnectAtOnce) {
+    // Each worker makes an endpoint to the other before either has seen the other's
+    // request: each connects on the other's request holding its sends and releases them
+    // on the other's reply.
+    loom_ep_h back = connect(receiver_, sender_);
+    ASSERT_NE(nullptr, back);
+    for (int round = 0; round < 3; ++round) {
+        for (std::size_t size : {std::size_t{8}, std::size_t{5000}, std::size_t{1} << 20}) {
+            auto data = pattern(size, static_cast<unsigned>(round));
+            std::vector<char> out(size);
+            // Both directions at once, sends first.
+            loom_status_ptr_t s1 = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
+            loom_status_ptr_t s2 = loom_tag_send_nbx(back, data.data(), size, 2, nullptr);
+            ASSERT_FALSE(LOOM_PTR_IS_ERR(s1));
+            ASSERT_FALSE(LOOM_PTR_IS_ERR(s2));
+            std::vector<char> out2(size);
+            loom_status_ptr_t r1 = loom_tag_recv_nbx(receiver_, out.data(), size, 1, ~0ull, nullptr);
+            loom_status_ptr_t r2 = loom_tag_recv_nbx(sender_, out2.data(), size, 2, ~0ull, nullptr);
+            ASSERT_EQ(LOOM_OK, wait(r1));
+            ASSERT_EQ(LOOM_OK, wait(r2));
+            ASSERT_EQ(LOOM_OK, wait(s1));
+            ASSERT_EQ(LOOM_OK, wait(s2));
+            EXPECT_EQ(data, out) << "size " << size;
+            EXPECT_EQ(data, out2) << "size " << size;
+        }
+    }
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+    (void)loom_ep_close_nbx(back, &p);
+}
+
+std::vector<TlSet> ep_to_ep_sets() {
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr || cm == nullptr || std::string(cm) != "verbs") return {};
+    return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpEpToEpTest);
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpEpToEpTest, testing::ValuesIn(ep_to_ep_sets()),
                          [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
 
 }  // namespace

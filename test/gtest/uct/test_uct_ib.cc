@@ -118,6 +118,21 @@ public:
         md_.reset();
     }
 
+    /** An endpoint-to-endpoint endpoint not connected yet (destroyed with the side). */
+    Ep* unconnected_ep() {
+        auto ep = iface_->ep_create({});
+        if (!ep) throw std::runtime_error("ep_create failed");
+        eps_.push_back(*ep);
+        return *ep;
+    }
+
+    /** @p ep's address. */
+    std::vector<std::uint8_t> ep_address(Ep* ep) {
+        std::vector<std::uint8_t> a(attr_.ep_addr_len);
+        if (iface_->ep_get_address(ep, a.data()) != Status::ok) throw std::runtime_error("ep_get_address failed");
+        return a;
+    }
+
     /** Forgets @p ep (the test destroyed it). */
     void forget(Ep* ep) { std::erase(eps_, ep); }
 
@@ -1081,6 +1096,59 @@ TEST_P(IbPairTest, PendingRequestsAreServedRoundRobin) {
     // Resources available now: pending_add declines.
     PendingReq idle{[](PendingReq*) { return Status::ok; }, {}};
     EXPECT_EQ(Status::busy, ep_pending_add(eps[0], &idle, 0));
+}
+
+TEST_P(IbPairTest, HeldSendsWaitForTheRelease) {
+    open();
+    if (!sender_->connect_to_ep()) {
+        GTEST_SKIP() << "rdma_cm connects this device (iWARP or LOOM_IB_CM=rdmacm): holding sends is for "
+                        "endpoint-to-endpoint connections";
+    }
+    // The protocol layer's wire-up: the first side connects holding its sends, because the
+    // peer's QP may still be in INIT; the peer connects normally and can send at once.
+    Ep* held = sender_->unconnected_ep();
+    Ep* peer = receiver_->unconnected_ep();
+    auto held_addr = sender_->ep_address(held);
+    auto peer_addr = receiver_->ep_address(peer);
+    ASSERT_EQ(Status::ok, sender_->iface().ep_connect_to_ep(held, receiver_->dev_addr().data(),
+                                                            receiver_->dev_addr().size(), peer_addr.data(),
+                                                            peer_addr.size(), kConnectHoldSends));
+    EXPECT_EQ(Status::no_resource, ep_am_short(held, kAmId, 1, nullptr, 0)) << "a held endpoint must not send";
+    struct Req : PendingReq {
+        Ep* ep;
+        bool sent = false;
+    } req;
+    req.ep = held;
+    req.func = [](PendingReq* self) {
+        auto* r = static_cast<Req*>(self);
+        Status s = ep_am_short(r->ep, kAmId, 2, nullptr, 0);
+        r->sent = s == Status::ok;
+        return s;
+    };
+    ASSERT_EQ(Status::ok, ep_pending_add(held, &req, 0)) << "a held endpoint queues sends";
+    ASSERT_EQ(Status::ok, receiver_->iface().ep_connect_to_ep(peer, sender_->dev_addr().data(),
+                                                              sender_->dev_addr().size(), held_addr.data(),
+                                                              held_addr.size()));
+    // The held side receives at once.
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(peer, kAmId, 3, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return back_received_.messages.size() == 1; }));
+    for (int i = 0; i < 1000; ++i) progress();
+    EXPECT_FALSE(req.sent) << "the queued send went out before the release";
+    EXPECT_TRUE(received_.messages.empty());
+    // Released: the queued send goes, then direct sends work.
+    ASSERT_EQ(Status::ok, sender_->iface().ep_release_sends(held));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 1; }));
+    EXPECT_TRUE(req.sent);
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(held, kAmId, 4, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 2; }));
+    EXPECT_EQ(Status::ok, sender_->iface().ep_release_sends(held)) << "releasing twice is harmless";
+    {
+        loom::test::LogCapture errors("error");
+        EXPECT_EQ(Status::invalid_param,
+                  sender_->iface().ep_connect_to_ep(held, receiver_->dev_addr().data(), receiver_->dev_addr().size(),
+                                                    peer_addr.data(), peer_addr.size()));
+        EXPECT_EQ(1, errors.count("already connected"));
+    }
 }
 
 TEST_P(IbPairTest, FlushCoversEveryEndpointAndCancelCompletesWithCanceled) {
