@@ -4,6 +4,7 @@
  * sender's request and call the endpoint's error handler instead of hanging.
  */
 #include "common/forked_peer.h"
+#include "common/test_helpers.h"
 #include "loom/ucp.h"
 #include "ucp_side.h"
 
@@ -149,6 +150,79 @@ TEST_P(UcpMultiProcTest, PeerKilledMidRendezvous) {
     // The endpoint stays failed: a new send reports the error at once.
     loom_status_ptr_t again = loom_tag_send_nbx(me.ep, data.data(), 8, 6, nullptr);
     EXPECT_TRUE(LOOM_PTR_IS_ERR(again));
+}
+
+/**
+ * An endpoint closed while a receive's rendezvous GET waits in its AM lane's queue: the
+ * purge must fail that receive, not take the GET for a send (which read a receive's
+ * fields as a send's). shm without CMA, so the GET goes through the sender's receive
+ * ring, which the sender stops serving and this side fills first.
+ */
+TEST(UcpMultiProc, CloseWithAQueuedRendezvousGetFailsTheReceive) {
+    loom::test::ScopedEnv no_cma("LOOM_SHM_CMA", "no");
+    loom::test::ScopedEnv small_ring("LOOM_SHM_FIFO_SIZE", "64k");
+    auto* flags = static_cast<volatile int*>(
+        mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(MAP_FAILED, (void*)flags);
+    flags[0] = 0;  // the child sent its rendezvous
+    flags[1] = 0;  // the parent is done
+    ForkedPeer peer([flags](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open("shm")) return 1;
+        ch.send(me.address());
+        auto parent = ch.recv();
+        if (!parent || !me.connect(*parent, false)) return 2;
+        static std::vector<char> data = pattern(1 << 20, 3);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 9, nullptr);
+        if (LOOM_PTR_IS_ERR(sreq)) return 3;
+        flags[0] = 1;
+        // Serve nothing from now on: the parent's GET requests pile up in our ring.
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (flags[1] == 0 && std::chrono::steady_clock::now() < deadline) {
+        }
+        if (LOOM_PTR_IS_PTR(sreq)) loom_request_free(sreq);  // fails when the endpoint closes
+        return flags[1] == 1 ? 0 : 4;
+    });
+    Side me;
+    ASSERT_TRUE(me.open("shm"));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child);
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, false));
+    loom_tag_recv_info_t info{};
+    ASSERT_TRUE(me.progress_until([&] { return flags[0] == 1 && loom_tag_probe_nb(me.worker, 9, ~0ull, 0, &info); }))
+        << "the rendezvous request never arrived";
+    // Fill the child's ring until our sends queue up.
+    std::vector<loom_status_ptr_t> sends;
+    std::uint64_t word = 42;
+    for (int i = 0; i < 100000 && sends.empty(); ++i) {
+        loom_status_ptr_t s = loom_tag_send_nbx(me.ep, &word, sizeof(word), 1, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(s));
+        if (LOOM_PTR_IS_PTR(s)) sends.push_back(s);
+    }
+    ASSERT_FALSE(sends.empty()) << "the child's ring never filled";
+    // The receive matches the rendezvous; its GET can only queue behind those sends.
+    std::vector<char> out(1 << 20);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(me.worker, out.data(), out.size(), 9, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+    for (int i = 0; i < 100; ++i) loom_worker_progress(me.worker);
+    ASSERT_EQ(LOOM_INPROGRESS, loom_tag_recv_request_test(rreq, nullptr)) << "the GET did not wait";
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+    loom_status_ptr_t close = loom_ep_close_nbx(me.ep, &p);
+    me.ep = nullptr;
+    EXPECT_FALSE(LOOM_PTR_IS_ERR(close));
+    if (LOOM_PTR_IS_PTR(close)) {
+        EXPECT_EQ(LOOM_OK, me.wait(close));
+    }
+    loom_status_t r = me.wait(rreq, nullptr, 10);
+    EXPECT_NE(LOOM_OK, r) << "the receive cannot have its data";
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, r) << "the receive hung after its endpoint was closed";
+    for (loom_status_ptr_t s : sends) EXPECT_EQ(LOOM_ERR_CANCELED, me.wait(s, nullptr, 10));
+    flags[1] = 1;
+    EXPECT_EQ(0, peer.wait());
+    munmap(const_cast<int*>(flags), 4096);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcpMultiProcTest, testing::Values("shm", "tcp"),
