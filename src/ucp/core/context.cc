@@ -116,8 +116,9 @@ Result<std::unique_ptr<Context>> Context::create(const ContextParams& params) {
             if (allowed.empty()) continue;
             uct::MdAttr md_attr;
             if (Status s = md->query(md_attr); s != Status::ok) return s;
+            const auto md_index = static_cast<std::uint8_t>(std::min<std::size_t>(ctx->mds_.size(), UINT8_MAX));
             for (const auto& [tl, aux_only] : allowed) {
-                ctx->resources_.push_back(ContextResource{component, md.get(), md_attr, tl, aux_only});
+                ctx->resources_.push_back(ContextResource{component, md.get(), md_attr, tl, aux_only, md_index});
             }
             ctx->mds_.push_back(std::move(md));
         }

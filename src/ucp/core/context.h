@@ -46,6 +46,8 @@ struct ContextResource {
     uct::MdAttr md_attr;
     uct::TlResource tl;
     bool aux_only = false;  ///< LOOM_TLS named it "<tl>:aux": it only carries wire-up messages
+    /** Its memory domain's position among the context's domains: names it in addresses and remote keys. */
+    std::uint8_t md_index = 0;
 };
 
 /** Context creation parameters (the C API's loom_params_t, checked). */

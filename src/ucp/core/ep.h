@@ -37,6 +37,7 @@ struct Lane {
     std::uint8_t iface = 0;         ///< the local worker's iface index
     std::uint8_t remote_iface = 0;  ///< the peer's iface index, in its address order
     std::uint8_t state = kLaneReady;
+    std::uint8_t remote_md = 0;     ///< the peer's memory domain this lane reaches (picks its remote key entry)
 };
 
 /** Error callback of an endpoint (the C API's loom_err_handler_cb_t). */

@@ -391,6 +391,7 @@ std::vector<std::uint8_t> Worker::pack_address() const {
         put<float>(out, static_cast<float>(wi.attr.bandwidth_dedicated));
         put<float>(out, static_cast<float>(wi.attr.overhead));
         put<std::uint8_t>(out, wi.attr.priority);
+        put<std::uint8_t>(out, wi.rsc->md_index);
         std::vector<std::uint8_t> dev(wi.attr.device_addr_len), ifa(wi.attr.iface_addr_len);
         if (!dev.empty()) (void)wi.iface->get_device_address(dev.data());
         if (!ifa.empty()) (void)wi.iface->get_address(ifa.data());
@@ -442,6 +443,7 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
         ri.bandwidth = r.get<float>();
         ri.overhead = r.get<float>();
         ri.priority = r.get<std::uint8_t>();
+        ri.md_index = r.get<std::uint8_t>();
         ri.dev_addr = r.bytes(r.get<std::uint16_t>());
         ri.iface_addr = r.bytes(r.get<std::uint16_t>());
         addr.ifaces.push_back(std::move(ri));
@@ -764,7 +766,7 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
                            to_string(uep.status()));
             return uep.status();
         }
-        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote, c.to_ep ? kLaneUnconnected : kLaneReady};
+        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote, c.to_ep ? kLaneUnconnected : kLaneReady, ri.md_index};
         return Status::ok;
     };
     ep.wireup_lane = kNoLane;

@@ -46,6 +46,7 @@ struct RemoteIface {
     float bandwidth = 0;  ///< bytes per second
     float overhead = 0;   ///< seconds
     std::uint8_t priority = 0;
+    std::uint8_t md_index = 0;  ///< the peer's memory domain of this iface (its remote keys name it)
     std::vector<std::uint8_t> dev_addr;
     std::vector<std::uint8_t> iface_addr;
 };
@@ -64,7 +65,7 @@ struct UnpackedAddress {
 inline constexpr std::uint64_t kAddrCapAuxOnly = 1ull << 63;
 
 /** Version of the packed worker address; unpack refuses others with version_mismatch. */
-inline constexpr std::uint8_t kAddressVersion = 1;
+inline constexpr std::uint8_t kAddressVersion = 2;
 
 /** A message that arrived before a receive wanted it. */
 struct UnexpDesc {

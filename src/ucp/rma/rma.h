@@ -41,7 +41,7 @@ struct Mem {
 };
 
 /** Version of the packed remote key; unpack refuses others. */
-inline constexpr std::uint8_t kRkeyVersion = 1;
+inline constexpr std::uint8_t kRkeyVersion = 2;
 
 /** An unpacked remote key (the C API's loom_rkey_h): what the data path reads first. */
 struct RmaRkey {

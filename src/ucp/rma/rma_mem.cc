@@ -12,11 +12,13 @@
  *   u8 version (kRkeyVersion), u8 number of entries, u8 access (uct::MemAccess bits the
  *   owner granted), u8 reserved (0), u32 total length, u64 address, u64 length,
  *   then per memory domain: u8 component name length, component name,
- *                           u8 md name length, md name, u16 key length, key
+ *                           u8 md name length, md name, u8 md index, u16 key length, key
  *
- * The peer picks the entry of the component of its endpoint's RMA lane (by md name when
- * the owner has several domains of that component, e.g. two verbs devices) and hands its
- * bytes to that component's rkey_unpack, which validates them again.
+ * The peer picks the entry of the memory domain its endpoint's RMA lane reaches: the md
+ * index the owner's worker address gave that lane's iface (Lane::remote_md), so two
+ * verbs devices of the owner, or devices named differently on the two hosts, cannot be
+ * confused. Its bytes go to that component's rkey_unpack, which validates them again.
+ * The names are for log lines.
  */
 #include "ucp/rma/rma.h"
 
@@ -199,6 +201,7 @@ std::vector<std::uint8_t> rkey_pack(const Mem& mem) {
         }
         put_string(out, r.rsc->component->name());
         put_string(out, r.md->name());
+        put<std::uint8_t>(out, r.rsc->md_index);
         put<std::uint16_t>(out, static_cast<std::uint16_t>(key.size()));
         out.insert(out.end(), key.begin(), key.end());
         ++entries;
@@ -244,25 +247,23 @@ Result<RmaRkey*> rkey_unpack(Ep* ep, const void* data, std::size_t length) {
     const std::uint8_t lane = rma_lane(ep);
     const WorkerIface& wi = w.ifaces[ep->lanes[lane].iface];
     const std::string& component = wi.rsc->component->name();
-    const std::string& md_name = wi.rsc->md->name();
+    const std::uint8_t remote_md = ep->lanes[lane].remote_md;
     const std::uint8_t* key = nullptr;
     std::size_t key_length = 0;
-    unsigned candidates = 0;
-    bool by_name = false;
+    std::string other_mds;  // for the error line
     for (unsigned i = 0; i < entries; ++i) {
         const std::string_view comp = r.text();
         const std::string_view md = r.text();
+        const auto md_index = r.get<std::uint8_t>();
         const auto n = r.get<std::uint16_t>();
         const std::uint8_t* bytes = r.bytes(n);
         if (!r.ok) break;
         if (comp != component) continue;
-        ++candidates;
-        // Several domains of one component (verbs devices): the one named as ours, as
-        // devices of a host pair up by name on a cluster.
-        if (key == nullptr || (!by_name && md == md_name)) {
-            by_name = md == md_name;
+        if (md_index == remote_md && key == nullptr) {
             key = bytes;
             key_length = n;
+        } else {
+            other_mds += " " + std::string(md);
         }
     }
     if (!r.ok || r.left != 0) {
@@ -271,16 +272,9 @@ Result<RmaRkey*> rkey_unpack(Ep* ep, const void* data, std::size_t length) {
         return Status::invalid_param;
     }
     if (key == nullptr) {
-        LOOM_LOG_ERROR(
-            "ucp: rkey_unpack: the key has no entry for {}, the transport of the endpoint's RMA lane",
-            component);
-        return Status::unsupported;
-    }
-    if (candidates > 1 && !by_name) {
-        LOOM_LOG_ERROR(
-            "ucp: rkey_unpack: the key has {} entries for {} and none for device {}: cannot tell which "
-            "one the endpoint reaches",
-            candidates, component, md_name);
+        LOOM_LOG_ERROR("ucp: rkey_unpack: the key has no entry for the {} memory domain the endpoint's RMA lane "
+                       "reaches (its {} entries:{})",
+                       component, component, other_mds.empty() ? " none" : other_mds);
         return Status::unsupported;
     }
     auto unpacked = wi.rsc->component->rkey_unpack(key, key_length);

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -523,7 +524,7 @@ TEST_P(UcpRmaTest, RkeyPackUnpackRoundTrip) {
     Mapped m = map(4096, false);
     auto blob = pack(m.memh);
     ASSERT_GE(blob.size(), 24u);
-    EXPECT_EQ(1, blob[0]) << "version";
+    EXPECT_EQ(2, blob[0]) << "version";
     std::uint32_t total;
     std::memcpy(&total, blob.data() + 4, 4);
     EXPECT_EQ(blob.size(), total);
@@ -1062,5 +1063,107 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpRmaMultiProcTest, testing::Values("shm", "tcp")
                          [](const testing::TestParamInfo<const char*>& info) {
                              return std::string(info.param);
                          });
+
+/**
+ * A remote key holds one entry per memory domain of the owner. The initiator must use
+ * the entry of the domain its lane reaches, not the one named like its own device: here
+ * the target has rxe0 and rxe1, the initiator only rxe1, and its lane reaches the
+ * target's rxe0. Run in the RDMA VM (the family of the device LOOM_NET_DEVICES names,
+ * when devices 0 and 1 of it exist); endpoint to endpoint too under LOOM_IB_CM=verbs.
+ */
+class UcpRmaDevicesTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(UcpRmaDevicesTest, KeyEntryFollowsTheDeviceTheLaneReaches) {
+    const std::string family = GetParam();
+    const char* cm = std::getenv("LOOM_IB_CM");
+    const bool ep_to_ep = cm != nullptr && std::string(cm) == "verbs";
+    const std::string extra = ep_to_ep ? ",lo" : "";
+    struct Side {
+        loom_context_h ctx = nullptr;
+        loom_worker_h worker = nullptr;
+        Side(const char* tls, const std::string& devices) {
+            loom::test::ScopedEnv t("LOOM_TLS", tls), d("LOOM_NET_DEVICES", devices);
+            loom_params_t params{};
+            params.field_mask = LOOM_PARAM_FIELD_FEATURES;
+            params.features = LOOM_FEATURE_RMA;
+            EXPECT_EQ(LOOM_OK, loom_init(&params, &ctx));
+            if (ctx != nullptr) {
+                EXPECT_EQ(LOOM_OK, loom_worker_create(ctx, nullptr, &worker));
+            }
+        }
+        ~Side() {
+            if (worker != nullptr) loom_worker_destroy(worker);
+            if (ctx != nullptr) loom_cleanup(ctx);
+        }
+    };
+    const char* tls = ep_to_ep ? "rc,tcp:aux" : "rc";
+    Side target(tls, family + "0:1," + family + "1:1" + extra);
+    Side initiator(tls, family + "1:1" + extra);
+    ASSERT_NE(nullptr, target.worker);
+    ASSERT_NE(nullptr, initiator.worker);
+    void* addr;
+    size_t addr_len;
+    ASSERT_EQ(LOOM_OK, loom_worker_get_address(target.worker, &addr, &addr_len));
+    loom_ep_params_t ep_params{};
+    ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = addr;
+    loom_ep_h ep = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_ep_create(initiator.worker, &ep_params, &ep));
+    loom_worker_release_address(target.worker, addr);
+    std::vector<std::uint8_t> region(1 << 16, 0);
+    loom_mem_map_params_t mp{};
+    mp.field_mask = LOOM_MEM_MAP_PARAM_FIELD_ADDRESS | LOOM_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = region.data();
+    mp.length = region.size();
+    loom_mem_h memh = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_mem_map(target.ctx, &mp, &memh));
+    void* key_buf;
+    size_t key_len;
+    ASSERT_EQ(LOOM_OK, loom_rkey_pack(target.ctx, memh, &key_buf, &key_len));
+    loom_rkey_h rkey = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_ep_rkey_unpack(ep, key_buf, key_len, &rkey));
+    loom_rkey_buffer_release(key_buf);
+    auto wait = [&](loom_status_ptr_t r) {
+        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        loom_status_t s;
+        while ((s = loom_request_check_status(r)) == LOOM_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+            loom_worker_progress(initiator.worker);
+            loom_worker_progress(target.worker);
+        }
+        loom_request_free(r);
+        return s;
+    };
+    auto data = pattern(4000, 9);
+    const auto base = reinterpret_cast<std::uint64_t>(region.data());
+    ASSERT_EQ(LOOM_OK, wait(loom_put_nbx(ep, data.data(), data.size(), base + 100, rkey, nullptr)));
+    ASSERT_EQ(LOOM_OK, wait(loom_ep_flush_nbx(ep, nullptr)));
+    EXPECT_TRUE(std::equal(data.begin(), data.end(), region.begin() + 100)) << "the put did not land";
+    std::vector<std::uint8_t> back(data.size());
+    ASSERT_EQ(LOOM_OK, wait(loom_get_nbx(ep, back.data(), back.size(), base + 100, rkey, nullptr)));
+    EXPECT_EQ(data, back);
+    loom_rkey_destroy(rkey);
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+    p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
+    (void)loom_ep_close_nbx(ep, &p);
+    EXPECT_EQ(LOOM_OK, loom_mem_unmap(target.ctx, memh));
+}
+
+/** The device family of LOOM_NET_DEVICES ("rxe0:1" gives "rxe") when it has devices 0 and 1, in the RDMA VM. */
+std::vector<std::string> device_families() {
+    const char* devices = std::getenv("LOOM_NET_DEVICES");
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr || devices == nullptr) return {};
+    std::string d(devices);
+    std::string family = d.substr(0, d.find_first_of("0123456789:,"));
+    for (const char* n : {"0", "1"}) {
+        if (access(("/sys/class/infiniband/" + family + n).c_str(), F_OK) != 0) return {};
+    }
+    return {family};
+}
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpRmaDevicesTest);
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpRmaDevicesTest, testing::ValuesIn(device_families()),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
