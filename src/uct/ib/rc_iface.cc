@@ -183,10 +183,13 @@ Status RcIface::init() {
     tx_queue_len_ = static_cast<std::uint32_t>(config_.tx_queue_len);
     wcs_.resize(config_.rx_batch);
 
-    // Completion queues and the shared receive queue.
+    // Completion queues, reporting to one channel (wake-up events, rc_event.cc), and the
+    // shared receive queue.
+    if (Status s = create_comp_channel(); s != Status::ok) return s;
     int tx_cq_len = static_cast<int>(std::min<std::size_t>(config_.tx_cq_len, dev.attr.max_cqe));
-    send_cq_ = ibv_create_cq(md_->context(), tx_cq_len, nullptr, nullptr, 0);
-    recv_cq_ = ibv_create_cq(md_->context(), static_cast<int>(config_.rx_queue_len), nullptr, nullptr, 0);
+    send_cq_ = ibv_create_cq(md_->context(), tx_cq_len, nullptr, comp_channel_, 0);
+    recv_cq_ =
+        ibv_create_cq(md_->context(), static_cast<int>(config_.rx_queue_len), nullptr, comp_channel_, 0);
     if (send_cq_ == nullptr || recv_cq_ == nullptr) {
         LOOM_LOG_ERROR("rc/{}: ibv_create_cq failed: {}", name, std::strerror(errno));
         return Status::no_resource;
@@ -351,6 +354,7 @@ Status RcIface::init_pools() {
 
 RcIface::~RcIface() {
     progress_disable();
+    close_events();
     cm_close_listeners();
     // Endpoints first (their QPs reference the CQs and the SRQ), without waiting for anything.
     for (RcEp* ep : eps_) {
@@ -374,6 +378,7 @@ RcIface::~RcIface() {
     if (srq_ != nullptr) (void)ibv_destroy_srq(srq_);
     if (send_cq_ != nullptr) (void)ibv_destroy_cq(send_cq_);
     if (recv_cq_ != nullptr) (void)ibv_destroy_cq(recv_cq_);
+    if (comp_channel_ != nullptr) (void)ibv_destroy_comp_channel(comp_channel_);  // after its CQs
     // Receive buffers still posted belong to no queue any more: give them back so the pool
     // sees every element returned (those an active-message handler kept are the user's).
     for (std::size_t i = 0; i < rx_descs_.size(); ++i) {
@@ -392,7 +397,7 @@ RcIface::~RcIface() {
 Status RcIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutBcopy | kCapPutZcopy | kCapGetBcopy |
-                     kCapGetZcopy | kCapErrHandlingPeerFailure;
+                     kCapGetZcopy | kCapErrHandlingPeerFailure | kCapEventRecv;
     if (max_am_short > 0) attr.cap_flags |= kCapAmShort;
     if (max_inline > 0) attr.cap_flags |= kCapPutShort;
     attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr : kCapConnectToEp;

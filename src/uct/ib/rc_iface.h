@@ -26,6 +26,13 @@
  *    channel is polled from progress: every progress call while a connection is being
  *    set up, else at most every kCmIdlePollUs (checked every kCmPollInterval-th call), so
  *    idle progress makes almost no system calls.
+ *
+ * Wake-up (kCapEventRecv, rc_event.cc): both CQs report to one completion channel; the
+ * event fd is an epoll set of the iface's holding that channel, the rdma_cm channel and
+ * a timer for failed endpoints' flush grace. event_arm requests a notification on both
+ * CQs and then polls each once more, keeping what it finds for the next progress call
+ * (the stashes), so a completion that came before the request is not slept through.
+ * Nothing of this runs unless a caller arms: progress pays one predictable branch per CQ.
  */
 #pragma once
 
@@ -34,6 +41,7 @@
 #include "uct/ib/ib_device.h"
 #include "uct/ib/rc_ep.h"
 
+#include "ucs/async/event_set.h"
 #include "ucs/memory/mem_pool.h"
 #include "ucs/time/clock.h"
 
@@ -110,6 +118,10 @@ public:
     Status ep_connect_to_ep(Ep* ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
                             const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags = 0) override;
     Status ep_release_sends(Ep* ep) override;
+    /** The iface's epoll set (completion channel, rdma_cm channel, grace timer); made on first use. */
+    Result<int> event_fd() override;
+    /** Requests CQ notifications and checks nothing waits; busy when progress has work (rc_event.cc). */
+    Status event_arm() override;
 
     // --- used by the data path (rc_ep.cc) ----------------------------------------------------
 
@@ -127,6 +139,7 @@ public:
     void arbiter_add(RcEp* ep) {
         if (!(ep->flags & kEpInArbiter)) {
             ep->flags |= kEpInArbiter;
+            arbiter_fresh_ = true;
             arbiter_.push_back(*ep);
         }
     }
@@ -190,8 +203,16 @@ private:
     void post_rx_srq(int count);
     Status post_rx_qp(RcEp* ep, int count);
 
+    /** A completion event_arm took out of a CQ, for the next progress call to handle first. */
+    struct CqStash {
+        ibv_wc wc{};
+        bool full = false;
+    };
+
     unsigned poll_tx();
     unsigned poll_rx();
+    /** Fills wcs_ from @p cq, the completion in @p stash first; returns how many (errors logged, 0). */
+    int poll_cq(ibv_cq* cq, CqStash& stash, const char* what);
     void complete_upto(RcEp* ep, std::uint64_t sn, Status status);
     void finish_op(TxOp* op, Status status);
     LOOM_COLD void tx_error(RcEp* ep, const ibv_wc& wc);
@@ -206,6 +227,14 @@ private:
     Status flush_prepare(RcEp* ep, bool& needs_marker) const;
     void finish_flush_part(IfaceFlush* flush, Status status);
     void unlink_flush(IfaceFlush* flush);
+
+    // wake-up events (rc_event.cc)
+    Status create_comp_channel();
+    Status open_events();
+    void close_events();
+    void ack_cq_events();
+    bool failure_to_report() const;
+    Status set_grace_timer();
 
     // rdma_cm (rc_cm.cc)
     friend class RcListener;
@@ -248,8 +277,11 @@ private:
     std::optional<IpAddress> ip_;
     std::uint16_t gen_ = 0;  ///< generation of the last endpoint created
 
+    ibv_comp_channel* comp_channel_ = nullptr;  ///< events of both CQs (non-blocking)
     ibv_cq* send_cq_ = nullptr;
     ibv_cq* recv_cq_ = nullptr;
+    CqStash rx_stash_;
+    CqStash tx_stash_;
     ibv_srq* srq_ = nullptr;
     std::int32_t srq_posted_ = 0;          ///< receives on the SRQ
     std::int32_t srq_target_ = 0;          ///< receives the SRQ should hold (sum of reservations)
@@ -262,6 +294,7 @@ private:
 
     std::unordered_map<std::uint32_t, RcEp*> qp_map_;
     ucs::Queue<RcEp, &RcEp::arb_link> arbiter_;
+    bool arbiter_fresh_ = false;  ///< an endpoint joined the arbiter since it was last dispatched
     std::vector<RcEp*> eps_;      ///< live endpoints (user-visible and passive)
     std::vector<RcEp*> closing_;  ///< destroyed, waiting for their flushed requests
     std::vector<RcEp*> failed_unreported_;
@@ -277,6 +310,10 @@ private:
     ucs::Ticks cm_last_poll_ = 0;
     ucs::Ticks cm_idle_ticks_ = 0;  ///< kCmIdlePollUs in clock ticks (set by init, once the clock runs)
     unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
+
+    ucs::EventSet events_;  ///< the event fd (event_fd), made on first use
+    int timer_fd_ = -1;     ///< in events_: the earliest flush grace of a failed endpoint
+    bool timer_set_ = false;
 };
 
 /** Defined here, where RcIface is complete. */

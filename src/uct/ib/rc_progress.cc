@@ -67,12 +67,25 @@ unsigned RcIface::progress() {
     return count;
 }
 
-unsigned RcIface::poll_tx() {
-    int n = ibv_poll_cq(send_cq_, static_cast<int>(wcs_.size()), wcs_.data());
-    if (LOOM_UNLIKELY(n <= 0)) {
-        if (n < 0) LOOM_LOG_ERROR("rc/{}: ibv_poll_cq (send) failed: {}", resource().dev_name, n);
-        return 0;
+LOOM_ALWAYS_INLINE int RcIface::poll_cq(ibv_cq* cq, CqStash& stash, const char* what) {
+    // A completion event_arm polled is older than anything still in the CQ: it goes first.
+    int first = 0;
+    if (LOOM_UNLIKELY(stash.full)) {
+        wcs_[0] = stash.wc;
+        stash.full = false;
+        first = 1;
     }
+    int n = ibv_poll_cq(cq, static_cast<int>(wcs_.size()) - first, wcs_.data() + first);
+    if (LOOM_UNLIKELY(n < 0)) {
+        LOOM_LOG_ERROR("rc/{}: ibv_poll_cq ({}) failed: {}", resource().dev_name, what, n);
+        n = 0;
+    }
+    return first + n;
+}
+
+unsigned RcIface::poll_tx() {
+    int n = poll_cq(send_cq_, tx_stash_, "send");
+    if (LOOM_UNLIKELY(n == 0)) return 0;
     for (int i = 0; i < n; ++i) {
         const ibv_wc& wc = wcs_[static_cast<std::size_t>(i)];
         auto it = qp_map_.find(wc.qp_num);
@@ -152,11 +165,8 @@ void RcIface::finish_op(TxOp* op, Status status) {
 }
 
 unsigned RcIface::poll_rx() {
-    int n = ibv_poll_cq(recv_cq_, static_cast<int>(wcs_.size()), wcs_.data());
-    if (LOOM_UNLIKELY(n <= 0)) {
-        if (n < 0) LOOM_LOG_ERROR("rc/{}: ibv_poll_cq (receive) failed: {}", resource().dev_name, n);
-        return 0;
-    }
+    int n = poll_cq(recv_cq_, rx_stash_, "receive");
+    if (LOOM_UNLIKELY(n == 0)) return 0;
     // The handlers below may send (changing wcs_ is impossible: only progress polls) or destroy
     // endpoints (their memory stays valid until reap_closing).
     for (int i = 0; i < n; ++i) {
@@ -284,6 +294,10 @@ void RcIface::dispatch_arbiter() {
             if (!ep->pending.empty() && !(ep->flags & kEpClosing)) arbiter_add(ep);
         }
     }
+    // What is left has been tried and waits for resources (send-queue and CQ entries, or
+    // credits), which come with a send or receive completion, an event: event_arm need not
+    // ask for another round.
+    arbiter_fresh_ = false;
 }
 
 // --- errors ---------------------------------------------------------------------------------

@@ -76,4 +76,24 @@ int watchdog_timeout_seconds() {
     return seconds > 0 ? seconds : 120;
 }
 
+std::optional<BlockedSyscall> blocked_syscall(pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/syscall");
+    std::string first;
+    if (!(in >> first)) return std::nullopt;
+    BlockedSyscall call;
+    if (first == "running") return call;
+    // "<number> <arg0> .. <arg5> <sp> <pc>", the arguments in hex; "-1 <sp> <pc>" outside a call.
+    try {
+        call.number = std::stol(first);
+        for (std::uint64_t& arg : call.args) {
+            std::string word;
+            if (!(in >> word)) break;
+            arg = std::stoull(word, nullptr, 16);
+        }
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    return call;
+}
+
 }  // namespace loom::test

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,5 +62,18 @@ private:
 
 /** Seconds the watchdog lets one test run (LOOMTEST_TIMEOUT, default 120). */
 int watchdog_timeout_seconds();
+
+/** A system call a process is blocked in, as /proc/<pid>/syscall shows it. */
+struct BlockedSyscall {
+    long number = -1;  ///< -1: running, or blocked outside a system call
+    std::uint64_t args[6] = {};
+};
+
+/**
+ * What process @p pid is blocked in now, so a test can tell that a peer really sleeps
+ * (e.g. in epoll_wait with an infinite timeout) before waking it. nullopt when
+ * /proc/<pid>/syscall cannot be read here (it needs ptrace access to the process).
+ */
+std::optional<BlockedSyscall> blocked_syscall(pid_t pid);
 
 }  // namespace loom::test

@@ -1,18 +1,27 @@
 /**
  * Worker wake-up (LOOM_FEATURE_WAKEUP: get_efd, arm, wait, signal) and thread mode
- * multi, through the C API, over shm and tcp (two workers in this process) and self.
+ * multi, through the C API, over shm and tcp (two workers in this process) and self,
+ * and over rc (the Verbs instances, in the RDMA VM: test/rdma/run_rdma_tests.sh); a process asleep
+ * in loom_worker_wait woken by another process's messages, over shm, tcp and rc.
  * Threads only ever wait with a bound: a lost wake-up fails the test instead of hanging.
  */
+#include "common/forked_peer.h"
+#include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_side.h"
 
 #include <poll.h>
+#include <sys/syscall.h>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -142,7 +151,7 @@ TEST(UcpWakeup, NeedsTheFeature) {
 
 TEST(UcpWakeup, EveryTransportHereCanWakeAWorker) {
     // shm, tcp and self can all wake a worker (self never needs to), so the worker keeps
-    // them all: its address reaches the peer over each (rc is left out: docs/protocols.md).
+    // them all: its address reaches the peer over each (rc can too: the Verbs/* cases).
     Pair pair("shm,tcp,self", false, LOOM_FEATURE_TAG | LOOM_FEATURE_WAKEUP);
     ASSERT_TRUE(pair.ok());
     int fd = -1;
@@ -178,7 +187,13 @@ TEST_P(UcpWakeupTest, ArmedWorkerIsWokenByAMessage) {
     ASSERT_TRUE(pair.ok());
     int fd = -1;
     ASSERT_EQ(LOOM_OK, loom_worker_get_efd(pair.receiver, &fd));
-    // Connect (the wire-up arrives at the receiver), then let it settle.
+    // Connect: one message through, so the lanes are up (over rc they connect through
+    // rdma_cm, which takes a while) and the wire-up has arrived; then let it settle.
+    std::uint64_t first = 1, got = 0;
+    loom_status_ptr_t first_recv = loom_tag_recv_nbx(pair.receiver, &got, sizeof(got), 6, ~0ull, nullptr);
+    ASSERT_EQ(LOOM_OK, pair.wait(loom_tag_send_nbx(pair.ep, &first, sizeof(first), 6, nullptr)));
+    ASSERT_EQ(LOOM_OK, pair.wait(first_recv));
+    ASSERT_EQ(first, got);
     ASSERT_EQ(LOOM_OK, pair.wait(loom_ep_flush_nbx(pair.ep, nullptr)));
     for (int i = 0; i < 1000; ++i) pair.progress();
 
@@ -368,5 +383,155 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpWakeupTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}),
                          [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+/**
+ * rc, on the device LOOM_NET_DEVICES names: only where test/rdma/run_rdma_tests.sh runs
+ * the suite on RDMA devices (LOOMTEST_UCP_VERBS=1, in the RDMA VM on rxe and siw). A
+ * worker that may sleep keeps rc only because rc can wake it: without that, creating
+ * these workers fails (no transport left).
+ */
+std::vector<TlSet> verbs_sets() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    const char* cm = std::getenv("LOOM_IB_CM");  // endpoint to endpoint: wired up over tcp
+    if (cm != nullptr && std::string(cm) == "verbs") return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
+    return {TlSet{"rc", "rc", false}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpWakeupTest, testing::ValuesIn(verbs_sets()),
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
+
+// --- two processes -------------------------------------------------------------------------
+
+using loom::test::ForkedPeer;
+
+/** Sizes of SleeperInWaitIsWokenByEachMessage: eager in one fragment, eager in several, rendezvous. */
+const std::vector<std::size_t> kWakeSizes = {8, 5000, 300000};
+
+/** One process's side: context (with the features asked), worker, endpoint to the other. */
+struct WakeSide : loom::test::UcpSide {
+    /** Waits for a status-or-request, progressing (busy), at most @p seconds. */
+    loom_status_t wait(loom_status_ptr_t r, int seconds = 30) {
+        auto test = [](void* q) { return loom_request_check_status(q); };
+        return wait_with(r, test, seconds);
+    }
+};
+
+/**
+ * The sleeping process of SleeperInWaitIsWokenByEachMessage (args: LOOM_TLS): it receives
+ * each message by calling loom_worker_wait whenever progress finds nothing to do, checks
+ * it and answers. A lost wake-up leaves it asleep; the parent then fails and kills it.
+ */
+int wakeup_sleeper(ForkedPeer::Channel& ch, const std::vector<std::string>& args) {
+    WakeSide me;
+    if (!me.open(args.at(0).c_str(), LOOM_FEATURE_TAG | LOOM_FEATURE_WAKEUP)) return 1;
+    ch.send(me.address());
+    auto parent = ch.recv();
+    if (!parent || !me.connect(*parent, false)) return 2;
+    for (std::size_t i = 0; i < kWakeSizes.size(); ++i) {
+        std::vector<char> buf(kWakeSizes[i]);
+        loom_status_ptr_t r = loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), i, ~0ull, nullptr);
+        if (LOOM_PTR_IS_ERR(r)) return 3;
+        if (LOOM_PTR_IS_PTR(r)) {
+            while (loom_request_check_status(r) == LOOM_INPROGRESS) {
+                if (loom_worker_progress(me.worker) != 0) continue;
+                if (loom_worker_wait(me.worker) != LOOM_OK) return 4;
+            }
+            loom_status_t s = loom_request_check_status(r);
+            loom_request_free(r);
+            if (s != LOOM_OK) {
+                ch.send("message " + std::to_string(i) + ": " + loom_status_string(s));
+                return 5;
+            }
+        }
+        if (buf != pattern(kWakeSizes[i], static_cast<unsigned>(i))) {
+            ch.send("message " + std::to_string(i) + " arrived corrupted");
+            return 6;
+        }
+        std::uint64_t answer = i;
+        if (me.wait(loom_tag_send_nbx(me.ep, &answer, sizeof(answer), 1000 + i, nullptr)) != LOOM_OK)
+            return 7;
+    }
+    ch.send(std::string("ok"));
+    (void)ch.recv(std::chrono::seconds(20));
+    return 0;
+}
+LOOM_TEST_PEER_ROLE(wakeup_sleeper);
+
+/** Whether process @p pid sleeps in epoll_wait without a timeout (loom_worker_wait); nullopt: unknowable. */
+std::optional<bool> asleep_in_wait(pid_t pid) {
+    auto call = loom::test::blocked_syscall(pid);
+    if (!call) return std::nullopt;
+    bool epoll = call->number == SYS_epoll_wait || call->number == SYS_epoll_pwait;
+    return epoll && static_cast<std::int32_t>(call->args[3]) == -1;  // an int: the upper half is undefined
+}
+
+class UcpWakeupMultiProcTest : public testing::TestWithParam<const char*> {};
+
+TEST_P(UcpWakeupMultiProcTest, SleeperInWaitIsWokenByEachMessage) {
+    const char* tls = GetParam();
+    ForkedPeer peer("wakeup_sleeper", {tls});
+    WakeSide me;
+    ASSERT_TRUE(me.open(tls, LOOM_FEATURE_TAG));
+    auto child = peer.channel().recv();
+    ASSERT_TRUE(child) << "the sleeper did not start";
+    peer.channel().send(me.address());
+    ASSERT_TRUE(me.connect(*child, false));
+    bool can_look = true;  // /proc/<pid>/syscall is readable here
+    for (std::size_t i = 0; i < kWakeSizes.size(); ++i) {
+        // Each message goes out once the other process sleeps in loom_worker_wait
+        // (progressing meanwhile: its connection set-up may need this side's answers).
+        bool asleep = false;
+        auto deadline = Clock::now() + std::chrono::seconds(20);
+        while (can_look && !asleep && Clock::now() < deadline) {
+            loom_worker_progress(me.worker);
+            auto seen = asleep_in_wait(peer.pid());
+            can_look = seen.has_value();
+            asleep = seen.value_or(false);
+        }
+        if (can_look) {
+            ASSERT_TRUE(asleep) << "message " << i << ": the other process never went to sleep";
+        }
+        auto data = pattern(kWakeSizes[i], static_cast<unsigned>(i));
+        std::uint64_t answer = ~0ull;
+        loom_status_ptr_t rreq =
+            loom_tag_recv_nbx(me.worker, &answer, sizeof(answer), 1000 + i, ~0ull, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(rreq));
+        ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, data.data(), data.size(), i, nullptr)))
+            << "message " << i << " (" << data.size() << " bytes)";
+        ASSERT_EQ(LOOM_OK, me.wait(rreq))
+            << "message " << i << ": no answer from the sleeper; it says: "
+            << peer.channel().recv_text(std::chrono::seconds(1)).value_or("nothing");
+        EXPECT_EQ(i, answer);
+    }
+    auto result = peer.channel().recv_text(std::chrono::seconds(20));
+    ASSERT_TRUE(result.has_value()) << "the sleeper died";
+    EXPECT_EQ("ok", *result);
+    peer.channel().send(std::string("bye"));
+    EXPECT_EQ(0, peer.wait());
+    if (!can_look)
+        std::printf("note: /proc/%d/syscall is unreadable here: the sleep was not checked\n", peer.pid());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpWakeupMultiProcTest, testing::Values("shm", "tcp"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                             return std::string(info.param);
+                         });
+
+/** rc where test/rdma/run_rdma_tests.sh runs the suite on RDMA devices (LOOMTEST_UCP_VERBS=1). */
+std::vector<const char*> verbs_tls() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (cm != nullptr && std::string(cm) == "verbs") return {"rc,tcp:aux"};  // wired up over tcp
+    return {"rc"};
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpWakeupMultiProcTest, testing::ValuesIn(verbs_tls()),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                             std::string name = info.param;
+                             std::replace_if(name.begin(), name.end(), [](char c) { return c == ',' || c == ':'; }, '_');
+                             return name;
+                         });
 
 }  // namespace

@@ -5,7 +5,9 @@
  * flow control without receiver-not-ready, per-QP receive queues, rdma_cm on RoCE,
  * pending fairness, flush, endpoint failure on a bad remote key or a dead peer, and
  * the md's registration cache: hits, and memory given back and obtained again at the
- * same address, whose new pages the peer must receive rather than the old, pinned ones.
+ * same address, whose new pages the peer must receive rather than the old, pinned ones;
+ * wake-up events: a completion already queued makes arm busy, and a credit grant, a
+ * send completion, rdma_cm connection set-up and a disconnect wake an armed iface.
  *
  * They run wherever verbs devices exist (in CI: the rdma-vm with Soft-RoCE and
  * soft-iWARP) and skip elsewhere.
@@ -19,6 +21,7 @@
 #include "uct/ib/rc_wire.h"
 
 #include <malloc.h>
+#include <poll.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -250,6 +253,55 @@ std::string vm_gid_index(const std::string& dev) {
     const char* value = std::getenv(var.c_str());
     return value ? value : "";
 }
+
+bool readable(int fd, int timeout_ms) {
+    pollfd pfd{fd, POLLIN, 0};
+    return ::poll(&pfd, 1, timeout_ms) == 1;
+}
+
+/** Progresses @p side until its iface can be armed; false (a failure recorded) when it stays busy. */
+bool quiesce_and_arm(Side& side) {
+    for (int i = 0; i < 100000; ++i) {
+        Status s = side.iface().event_arm();
+        if (s == Status::ok) return true;
+        if (s != Status::busy) {
+            ADD_FAILURE() << "event_arm: " << to_string(s);
+            return false;
+        }
+        while (side.worker().progress() != 0) {
+        }
+    }
+    ADD_FAILURE() << "event_arm stays busy with nothing to do";
+    return false;
+}
+
+/**
+ * One step of a side that runs only on events: progress when it is not armed (then arm
+ * again), or when its event fd is readable. Counts the times the fd woke it.
+ */
+struct EventDriven {
+    Side* side;
+    int fd;
+    bool armed = false;
+    unsigned wakeups = 0;
+
+    /** False when arming failed (recorded). */
+    bool step() {
+        if (armed) {
+            if (!readable(fd, 0)) return true;
+            armed = false;
+            ++wakeups;
+        }
+        side->worker().progress();
+        Status s = side->iface().event_arm();
+        if (s != Status::ok && s != Status::busy) {
+            ADD_FAILURE() << "event_arm: " << to_string(s);
+            return false;
+        }
+        armed = s == Status::ok;
+        return true;
+    }
+};
 
 /** A receiver's memory registered for every remote access, with the sender's key. */
 struct RemoteBuffer {
@@ -1538,6 +1590,157 @@ TEST_P(IbPairTest, RegistrationDroppedByTheCacheStaysUsableUntilDeregistered) {
 }
 
 std::string pair_name(const testing::TestParamInfo<Pair>& info) { return info.param.name(); }
+
+// --- wake-up events ---------------------------------------------------------------------------
+
+TEST_P(IbPairTest, ArmIsBusyWhileACompletionWaitsInTheQueue) {
+    open();
+    Ep* ep = connect();
+    auto fd = receiver_->iface().event_fd();
+    ASSERT_TRUE(fd.ok()) << to_string(fd.status());
+    ASSERT_TRUE(quiesce_and_arm(*receiver_));
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 1, nullptr, 0); }));
+    for (int i = 0; i < 100; ++i) sender_->worker().progress();
+    ASSERT_TRUE(readable(*fd, 10000)) << "the message did not wake the armed receiver";
+    // The receive completion is queued and its event raised. Arming consumes the event and
+    // requests the next one, which this completion will never raise: arm must see it.
+    EXPECT_EQ(Status::busy, receiver_->iface().event_arm());
+    EXPECT_EQ(Status::busy, receiver_->iface().event_arm()) << "busy until progress has handled it";
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 1; }));
+    for (int i = 0; i < 1000; ++i) progress();
+    ASSERT_EQ(1u, received_.messages.size()) << "the message was handled twice";
+    std::uint64_t seq;
+    std::memcpy(&seq, received_.messages[0].data(), 8);
+    EXPECT_EQ(1u, seq);
+    ASSERT_TRUE(quiesce_and_arm(*receiver_));
+    EXPECT_FALSE(readable(*fd, 0));
+}
+
+TEST_P(IbPairTest, CreditGrantWakesASenderThatRanOutOfCredits) {
+    // A window of 4: connect() used one credit, three remain; no send is signaled before
+    // the 32nd, so nothing but the receiver's grant can wake the sender.
+    open({{"IB_FC_WINDOW", "4"}});
+    Ep* ep = connect();
+    ASSERT_EQ(3, fill_credits(ep, 100));
+    struct Waiting {
+        PendingReq req;
+        Ep* ep;
+        int sent = 0;
+    } waiting{{[](PendingReq* self) {
+                   auto* w = reinterpret_cast<Waiting*>(self);
+                   Status s = ep_am_short(w->ep, kAmId, 100, nullptr, 0);
+                   if (s == Status::ok) ++w->sent;
+                   return s;
+               },
+               {}},
+              ep};
+    ASSERT_EQ(Status::ok, ep_pending_add(ep, &waiting.req, 0));
+    auto fd = sender_->iface().event_fd();
+    ASSERT_TRUE(fd.ok()) << to_string(fd.status());
+    ASSERT_TRUE(quiesce_and_arm(*sender_));
+    EXPECT_FALSE(readable(*fd, 0)) << "no credits and no completions: nothing to wake for";
+    EXPECT_EQ(0, waiting.sent);
+    drain_receiver();  // handles the messages and returns their credits in a grant
+    ASSERT_EQ(3u, received_.messages.size());
+    EXPECT_TRUE(readable(*fd, 10000)) << "the grant did not wake the sender";
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (waiting.sent == 0 && std::chrono::steady_clock::now() < deadline) sender_->worker().progress();
+    ASSERT_EQ(1, waiting.sent) << "the pending send never went out";
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 4; }));
+}
+
+TEST_P(IbPairTest, SendCompletionsWakeAnArmedSender) {
+    // The sender only runs on events while RDMA writes complete; a lost send-completion
+    // event leaves it asleep (poll times out) and fails the test.
+    open();
+    Ep* ep = connect();
+    constexpr std::size_t kSize = 1 << 20;
+    RemoteBuffer remote(*receiver_, *sender_, kSize);
+    LocalBuffer src(*sender_, kSize, kAccessLocalRead);
+    auto bytes = pattern(kSize, 9);
+    std::copy(bytes.begin(), bytes.end(), src.data.begin());
+    // Arming first: the event fd is made on first use by either call.
+    Status first = sender_->iface().event_arm();
+    ASSERT_TRUE(first == Status::ok || first == Status::busy) << to_string(first);
+    auto fd = sender_->iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    unsigned sleeps = 0;
+    for (int round = 0; round < 4; ++round) {
+        Iov iov{src.data.data(), kSize, src.memh};
+        CountingCompletion comp;
+        ASSERT_EQ(Status::in_progress,
+                  retry([&] { return ep_put_zcopy(ep, &iov, 1, remote.addr(0), remote.rkey.rkey, &comp); }));
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (comp.fired == 0) {
+            ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+            Status s = sender_->iface().event_arm();
+            if (s == Status::busy) {
+                sender_->worker().progress();
+                continue;
+            }
+            ASSERT_EQ(Status::ok, s);
+            ++sleeps;
+            ASSERT_TRUE(readable(*fd, 10000))
+                << "round " << round << ": the write's completion did not wake the sender";
+            sender_->worker().progress();
+        }
+        EXPECT_EQ(Status::ok, comp.status);
+    }
+    EXPECT_EQ(bytes, remote.data);
+    RecordProperty("sleeps", static_cast<int>(sleeps));
+}
+
+TEST_P(IbPairTest, RdmaCmConnectionSetUpWakesASleepingIface) {
+    // The receiver runs only on events: the connection request, then the establishment,
+    // then the message must each wake it (or make arm busy), or the connection never forms.
+    open({{"IB_CM", "rdmacm"}});
+    auto fd = receiver_->iface().event_fd();
+    ASSERT_TRUE(fd.ok()) << to_string(fd.status());
+    EventDriven rx{receiver_.get(), *fd};
+    ASSERT_TRUE(rx.step());
+    ASSERT_TRUE(rx.armed) << "a new iface has nothing to do";
+    Ep* ep = sender_->connect(*receiver_);
+    bool sent = false;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (received_.messages.empty()) {
+        ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+            << "the receiver, running on events only, never got the message (sent: " << sent << ")";
+        sender_->worker().progress();
+        if (!sent) {
+            Status s = ep_am_short(ep, kAmId, 42, nullptr, 0);
+            ASSERT_TRUE(s == Status::ok || s == Status::no_resource) << to_string(s);
+            sent = s == Status::ok;
+        }
+        ASSERT_TRUE(rx.step());
+    }
+    // It was armed when the connection request came: only its fd could have woken it.
+    EXPECT_GT(rx.wakeups, 0u);
+    std::uint64_t seq;
+    std::memcpy(&seq, received_.messages[0].data(), 8);
+    EXPECT_EQ(42u, seq);
+}
+
+TEST_P(IbPairTest, DisconnectWakesASleepingIface) {
+    // rdma_cm: the peer closes; the DISCONNECTED event (and the flushed receives) must wake
+    // the armed side, whose endpoint then fails and reports it.
+    open({{"IB_CM", "rdmacm"}});
+    loom::test::LogCapture capture("warn");
+    ErrorLog errors;
+    Ep* ep = connect(errors.params());
+    (void)ep;
+    auto fd = sender_->iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    ASSERT_TRUE(quiesce_and_arm(*sender_));
+    ASSERT_FALSE(readable(*fd, 0));
+    receiver_.reset();  // disconnects its accepted connection
+    EXPECT_TRUE(readable(*fd, 10000)) << "the disconnect did not wake the sender";
+    EventDriven tx{sender_.get(), *fd};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) ASSERT_TRUE(tx.step());
+    ASSERT_EQ(1, errors.calls) << "the endpoint never failed; log:\n" << capture.text();
+    EXPECT_TRUE(is_peer_error(errors.status)) << to_string(errors.status);
+    ASSERT_TRUE(quiesce_and_arm(*sender_));
+}
 
 INSTANTIATE_TEST_SUITE_P(Rc, IbPairTest, testing::ValuesIn(device_pairs()), pair_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbPairTest);

@@ -6,10 +6,17 @@
  * receiver, in order; puts of every flavour are read back with gets and checked by
  * the target in its own memory; atomics check the values they fetch; flush makes puts
  * visible. Each side ends with a "done" message and stays in progress until the
- * peer's arrives, so neither leaves while the other still needs it.
+ * peer's arrives, so neither leaves while the other still needs it. Transports with
+ * wake-up events also wake a peer process asleep on its iface's event fd.
  */
 #include "uct_peer.h"
 
+#include "common/test_helpers.h"
+
+#include <poll.h>
+#include <sys/syscall.h>
+
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -487,6 +494,109 @@ TEST_P(UctMultiProcTest, ManyMessagesStayInOrder) {
     EXPECT_EQ("ok", *result);
     peer.channel().send(std::string("bye"));
     EXPECT_EQ(0, peer.wait());
+}
+
+constexpr AmId kAmWake = 9;
+constexpr std::uint64_t kWakeRounds = 4;
+/** How long the sleeping peer sleeps in poll() at most: a lost wake-up fails, it does not hang. */
+constexpr int kSleepMs = 20000;
+
+/** The messages of SleepingPeerIsWokenByEachMessage: how many, and the last one's number. */
+struct WakeCount {
+    std::uint64_t count = 0;
+    std::uint64_t last = ~0ull;
+    static Status handler(void* arg, void* data, std::size_t length, unsigned) {
+        auto* self = static_cast<WakeCount*>(arg);
+        if (length >= 8) std::memcpy(&self->last, data, 8);
+        ++self->count;
+        return Status::ok;
+    }
+};
+
+/**
+ * The peer of SleepingPeerIsWokenByEachMessage (args: the resource name): it progresses
+ * only when event_arm says busy or poll() on the iface's event fd wakes it, and answers
+ * each of the parent's messages.
+ */
+int sleeping_peer(loom::test::ForkedPeer::Channel& ch, const std::vector<std::string>& args) {
+    ProcSide side(find_resource(args.at(0)), 4096);
+    Iface& iface = side.entity().iface();
+    WakeCount got;
+    if (iface.set_am_handler(kAmWake, WakeCount::handler, &got, 0) != Status::ok) return 2;
+    if (!side.exchange(ch)) return 3;
+    if (side.connect() != Status::ok) return 4;
+    auto fd = iface.event_fd();
+    if (!fd) return 5;
+    for (std::uint64_t round = 0; round < kWakeRounds; ++round) {
+        while (got.count <= round) {
+            if (side.entity().worker().progress() != 0) continue;
+            Status s = iface.event_arm();
+            if (s == Status::busy) continue;
+            if (s != Status::ok) return 6;
+            pollfd pfd{*fd, POLLIN, 0};
+            if (::poll(&pfd, 1, kSleepMs) != 1) {
+                ch.send("round " + std::to_string(round) + ": asleep for 20 s, never woken");
+                return 7;
+            }
+        }
+        if (got.last != round) {
+            ch.send("round " + std::to_string(round) + ": got message " + std::to_string(got.last));
+            return 8;
+        }
+        // The answer; the parent sends the next message once this process sleeps again.
+        if (side.retry([&] { return ep_am_short(side.ep(), kAmWake, round, nullptr, 0); }) != Status::ok)
+            return 9;
+    }
+    ch.send(std::string("ok"));
+    (void)ch.recv(std::chrono::seconds(20));
+    return 0;
+}
+LOOM_TEST_PEER_ROLE(sleeping_peer);
+
+TEST_P(UctMultiProcTest, SleepingPeerIsWokenByEachMessage) {
+    if (!(attr_.cap_flags & kCapEventRecv) || !(attr_.cap_flags & kCapAmShort)) {
+        GTEST_SKIP() << "no wake-up events or no am_short";
+    }
+    {
+        Entity probe(GetParam());
+        if (probe.iface().event_fd().status() == Status::unsupported) GTEST_SKIP() << "no event fd";
+    }
+    Resource resource = GetParam();
+    loom::test::ForkedPeer peer("sleeping_peer", {resource.name()});
+    ProcSide side(resource, 4096);
+    WakeCount got;
+    ASSERT_EQ(Status::ok, side.entity().iface().set_am_handler(kAmWake, WakeCount::handler, &got, 0));
+    ASSERT_TRUE(side.exchange(peer.channel())) << "the peer did not answer";
+    ASSERT_EQ(Status::ok, side.connect());
+    bool can_look = true;  // /proc/<pid>/syscall is readable here
+    for (std::uint64_t round = 0; round < kWakeRounds; ++round) {
+        // Wait until the peer sleeps in its poll() (progressing meanwhile: a connection set up
+        // through rdma_cm needs this side's answers), so the message really has to wake it.
+        bool asleep = false;
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (can_look && !asleep && std::chrono::steady_clock::now() < deadline) {
+            side.entity().worker().progress();
+            auto call = loom::test::blocked_syscall(peer.pid());
+            can_look = call.has_value();
+            asleep = call && call->number == SYS_poll && static_cast<std::int32_t>(call->args[2]) == kSleepMs;
+        }
+        if (can_look) {
+            ASSERT_TRUE(asleep) << "round " << round << ": the peer never went to sleep";
+        }
+        ASSERT_EQ(Status::ok, side.retry([&] { return ep_am_short(side.ep(), kAmWake, round, nullptr, 0); }));
+        ASSERT_TRUE(side.progress_until([&] { return got.count == round + 1; }, std::chrono::seconds(30)))
+            << "round " << round << ": the sleeping peer did not answer; it says: "
+            << peer.channel().recv_text(std::chrono::seconds(1)).value_or("nothing");
+        EXPECT_EQ(round, got.last);
+    }
+    auto result = peer.channel().recv_text(std::chrono::seconds(20));
+    ASSERT_TRUE(result.has_value()) << "the peer died";
+    EXPECT_EQ("ok", *result);
+    peer.channel().send(std::string("bye"));
+    EXPECT_EQ(0, peer.wait());
+    if (!can_look)
+        std::printf("note: /proc/%d/syscall is unreadable here: the peer's sleep was not checked\n",
+                    peer.pid());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UctMultiProcTest, testing::ValuesIn(all_resources()), resource_name);
