@@ -286,6 +286,7 @@ private:
     LOOM_COLD void bad_message(Cell* cell);
     LOOM_NOINLINE unsigned slow_progress();
     unsigned dispatch_pending();
+    unsigned dispatch_pending_round();
     unsigned push_sending();
     unsigned push_replies();
     bool push_reply(ReplyJob& job);
