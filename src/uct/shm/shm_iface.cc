@@ -63,6 +63,10 @@ int pidfd_open(pid_t pid) {
 
 }  // namespace
 
+void copy_long(void* dest, const void* src, std::size_t length) {
+    std::memcpy(dest, src, length);
+}
+
 Peer::~Peer() {
     if (pidfd >= 0) ::close(pidfd);
 }
@@ -685,22 +689,27 @@ unsigned ShmIface::dispatch_pending() {
     // Rounds until nothing could run or the batch is done: one progress call drains a burst of
     // queued sends (a message rate limited by progress calls otherwise), and the rounds keep
     // the round-robin order across endpoints.
+    // An endpoint starts only with room for the largest message (pending_room_), then goes on
+    // while its requests fit (each reserves its own cells): a burst, not one send per cell the
+    // receiver frees.
     unsigned count = 0, ran;
+    bool first = true;
     do {
-        ran = dispatch_pending_round();
+        ran = dispatch_pending_round(first);
+        first = false;
         count += ran;
     } while (ran != 0 && count < kPendingBatch && !pending_eps_.empty());
     return count;
 }
 
-unsigned ShmIface::dispatch_pending_round() {
+unsigned ShmIface::dispatch_pending_round(bool check_room) {
     // One request per endpoint per round. An endpoint whose request ran moves to the back; one
     // that could not run keeps its place, so the next round starts with it: round-robin.
     ucs::List<ShmEp, &ShmEp::pending_link> kept, ran;
     unsigned count = 0;
     while (ShmEp* ep = pending_eps_.pop_front()) {
         if (ep->status != Status::ok || ep->pending.empty()) continue;
-        if (fifo_free_cells(ep->fifo) < pending_room_) {
+        if ((check_room || (ep->flags & kEpBlocked)) && fifo_free_cells(ep->fifo) < pending_room_) {
             if (!(ep->flags & kEpBlocked) && send_blocked(ep) != Status::no_resource) continue;  // it failed
             kept.push_back(*ep);
             continue;
