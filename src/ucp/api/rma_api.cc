@@ -250,9 +250,27 @@ void loom_rkey_destroy(loom_rkey_h rkey) {
     if (rkey != nullptr) rkey_destroy(K(rkey));
 }
 
-loom_status_ptr_t loom_put_nbx(loom_ep_h ep, const void* buffer, size_t count, uint64_t remote_addr,
-                               loom_rkey_h rkey, const loom_request_param_t* param) {
-    return transfer(ep, const_cast<void*>(buffer), count, remote_addr, rkey, param, false);
+loom_status_ptr_t loom_put_nbx(loom_ep_h ep_h, const void* buffer, size_t count, uint64_t remote_addr,
+                               loom_rkey_h rkey_h, const loom_request_param_t* param) {
+    // The message-rate case first, in a few instructions: bytes without parameters, small
+    // enough for put_short, on a worker that takes no lock, nothing queued before it. The
+    // same checks as transfer()'s (rma_check: endpoint, key, bounds, rights); whatever does
+    // not pass them, or finds the lane busy, takes transfer(), which logs and queues.
+    Ep* ep = E(ep_h);
+    const RmaRkey* rkey = K(rkey_h);
+    if (LOOM_LIKELY(param == nullptr && ep != nullptr && rkey != nullptr && buffer != nullptr && count != 0 &&
+                    count <= rkey->put_short && !ep->worker->multi_threaded)) {
+        const std::uint8_t lane = rma_lane(ep);
+        const std::uint32_t queued = lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+        if (LOOM_LIKELY(queued == 0 && !(ep->rma_flags & kRmaFence) &&
+                        rma_check(ep, rkey, remote_addr, count, uct::kAccessRemotePut) == Status::ok)) {
+            Status s = uct::ep_put_short(ep->lanes[lane].ep, buffer, static_cast<unsigned>(count), remote_addr,
+                                         rkey->uct_rkey);
+            if (LOOM_LIKELY(s == Status::ok)) return nullptr;
+            if (s != Status::no_resource) return status_ptr(s);
+        }
+    }
+    return transfer(ep_h, const_cast<void*>(buffer), count, remote_addr, rkey_h, param, false);
 }
 
 loom_status_ptr_t loom_get_nbx(loom_ep_h ep, void* buffer, size_t count, uint64_t remote_addr,

@@ -3,6 +3,7 @@
 #include "ucp/core/listener.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/rndv_thresh.h"
 #include "ucp/tag/tag_proto.h"
 
 #include <algorithm>
@@ -655,12 +656,6 @@ void uct_ep_error(void* arg, uct::Ep*, Status status) {
     ep->worker->ep_fail(ep, status);
 }
 
-/** Default rendezvous threshold of a lane's transport; docs/protocols.md says why. */
-std::size_t auto_rndv_thresh(const std::string& tl_name) {
-    if (tl_name == "tcp") return 256 * 1024;  // emulated GET: no copy saved, only receiver memory
-    if (tl_name == "shm") return 32 * 1024;
-    return 16 * 1024;                         // self, rc: a real single copy or RDMA
-}
 
 }  // namespace
 
@@ -794,9 +789,16 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
     if (cfg.rndv_thresh != ucs::config::kSizeAuto) {
         ep.rndv_thresh = cfg.rndv_thresh;
     } else {
-        const std::string& tl =
-            worker.ifaces[ep.lanes[ep.rndv_lane == kNoLane ? 0 : ep.rndv_lane].iface].rsc->tl.tl_name;
-        ep.rndv_thresh = auto_rndv_thresh(tl);
+        // From the lanes' performance model (src/ucp/tag/rndv_thresh.h, docs/protocols.md).
+        RndvModelInput model;
+        model.eager = &am.attr;
+        if (ep.rndv_lane != kNoLane && cfg.rndv_scheme != RndvScheme::am) {
+            const WorkerIface& rndv = worker.ifaces[ep.lanes[ep.rndv_lane].iface];
+            model.rndv = &rndv.attr;
+            model.rndv_md = &rndv.rsc->md_attr;
+        }
+        model.max_short = ep.max_short;
+        ep.rndv_thresh = rndv_thresh_auto(model);
     }
     return Status::ok;
 }
@@ -838,8 +840,11 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
                            wl.rsc->tl.dev_name);
     }
     if (ep.max_short > 0) out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, ep.max_short);
-    out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix,
-                       ep.max_short > 0 ? ep.max_short + 1 : 0, ep.rndv_thresh - 1, ep.max_bcopy);
+    const std::size_t bcopy_from = ep.max_short > 0 ? ep.max_short + 1 : 0;
+    if (ep.rndv_thresh > bcopy_from) {  // empty when rendezvous starts right after eager short
+        out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix, bcopy_from,
+                           ep.rndv_thresh - 1, ep.max_bcopy);
+    }
     out += fmt::format("{}  {:>10} .. {:<10} rendezvous, {}\n", prefix, ep.rndv_thresh, "inf", rndv);
     return out;
 }

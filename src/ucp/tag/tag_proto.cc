@@ -508,6 +508,27 @@ void send_local_done(Request* req) {
     w.complete(req, Status::ok);
 }
 
+/**
+ * Eager short from a request (the call found the lane busy, or something was queued
+ * before it): the tag as the transport's 8-byte header, the payload copied inline, as the
+ * C API's fast path does. Cheaper than a bcopy of the same bytes, which reserves room for
+ * the largest payload and calls a pack callback.
+ */
+Status eager_short_progress(Request* req) {
+    const std::size_t length = req->send.dt.length;
+    Status s = uct::ep_am_short(req->send.ep->am_ep, kAmEagerOnly, req->send.tag, req->send.dt.buffer,
+                                static_cast<unsigned>(length));
+    if (s == Status::no_resource) return s;
+    req->send.dt.finish();
+    if (s != Status::ok) {
+        req->worker->complete(req, s);
+        return Status::ok;
+    }
+    req->send.offset = length;
+    req->worker->complete(req, Status::ok);
+    return Status::ok;
+}
+
 /** One bcopy message: the tag (or EagerSyncHdr) and the whole payload. */
 Status eager_bcopy_progress(Request* req) {
     Worker& w = *req->worker;
@@ -683,6 +704,8 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     const std::size_t length = req->send.dt.length;
     if (length >= ep->rndv_thresh) {
         req->send.progress = rndv_rts_progress;
+    } else if (!sync && length <= ep->max_short && ep->max_short != 0 && req->send.dt.contig()) {
+        req->send.progress = eager_short_progress;
     } else if (length + (sync ? sizeof(EagerSyncHdr) : sizeof(Tag)) <= ep->max_bcopy) {
         req->send.progress = eager_bcopy_progress;
     } else {

@@ -176,6 +176,11 @@ struct IfaceAttr {
     std::size_t ep_addr_len = 0;
     std::size_t max_conn_priv = 0;  ///< kCapConnectToSockaddr: private data bytes a request or accept carries
     double overhead = 0;              ///< seconds of CPU per message on the sender
+    /**
+     * Seconds a zero-copy put or get costs on top of `overhead` (a system call, page
+     * pinning); the protocol layer's rendezvous threshold reads it (0: nothing more).
+     */
+    double zcopy_overhead = 0;
     double bandwidth_dedicated = 0;   ///< bytes/s one process can drive alone
     double bandwidth_shared = 0;      ///< bytes/s shared by all processes on the device
     LinearFunc latency;               ///< one-way seconds as a function of the number of endpoints

@@ -17,9 +17,10 @@ const RegisteredTable<ShmConfig> g_table{
               "cells). It must hold at least four of the largest messages (MAX_BCOPY plus 144 bytes of "
               "headers).",
               &ShmConfig::fifo_size, SizeParser()),
-        field("MAX_BCOPY", "8k",
+        field("MAX_BCOPY", "8256",
               "Largest payload of one am_bcopy, put_bcopy or get_bcopy, and the fragment size of "
-              "emulated put/get. From 256 bytes to 1m.",
+              "emulated put/get. From 256 bytes to 1m. The default is 8 KiB plus 64 bytes, so a "
+              "protocol's 8 KiB message and its headers travel as one message.",
               &ShmConfig::max_bcopy, SizeParser()),
         field("CMA", "try",
               "Zero-copy put and get with process_vm_writev/readv (cross memory attach): yes (fail "

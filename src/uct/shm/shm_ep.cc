@@ -76,16 +76,18 @@ Status EpOps::am_short(Ep* base, AmId id, std::uint64_t header, const void* payl
     const std::uint64_t cells = msg_cells(data);
     FifoCtl* fifo = ep->fifo;
     std::uint64_t pos;
-    if (LOOM_UNLIKELY(!fifo_reserve(fifo, &ep->cached_tail, cells, &pos))) {
-        return static_cast<ShmIface*>(ep->iface)->send_blocked(ep);
+    // The success path first and marked likely: otherwise the compiler moves it to the cold
+    // section with the full-FIFO path.
+    if (LOOM_LIKELY(fifo_reserve(fifo, &ep->cached_tail, cells, &pos))) {
+        Cell* cell = fifo->cells() + (pos & fifo->mask);
+        set_header(cell, MsgType::am, id, data, cells);
+        std::memcpy(cell->payload(), &header, sizeof(header));
+        copy_short(cell->payload() + sizeof(header), payload, length);
+        publish(cell, pos, fifo->salt);
+        fifo_notify(fifo);
+        return Status::ok;
     }
-    Cell* cell = fifo->cells() + (pos & fifo->mask);
-    set_header(cell, MsgType::am, id, data, cells);
-    std::memcpy(cell->payload(), &header, sizeof(header));
-    if (length != 0) std::memcpy(cell->payload() + sizeof(header), payload, length);
-    publish(cell, pos, fifo->salt);
-    fifo_notify(fifo);
-    return Status::ok;
+    return static_cast<ShmIface*>(ep->iface)->send_blocked(ep);
 }
 
 ssize_t EpOps::am_bcopy(Ep* base, AmId id, PackCallback pack, void* arg, unsigned) {
@@ -156,7 +158,7 @@ Status EpOps::put_short(Ep* base, const void* buffer, unsigned length, std::uint
     }
     if (!rma_ready(ep)) return rma_blocked(ep);
     if (LOOM_LIKELY(rk->base != nullptr)) {
-        if (length != 0) std::memcpy(rk->base + (remote_addr - rk->address), buffer, length);
+        copy_short(rk->base + (remote_addr - rk->address), buffer, length);
         return Status::ok;
     }
     Iov iov{buffer, length, kMemHNull};

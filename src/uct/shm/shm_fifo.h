@@ -117,6 +117,47 @@ constexpr std::uint32_t msg_cells(std::size_t length) {
     return static_cast<std::uint32_t>((sizeof(MsgHeader) + length + kCellSize - 1) / kCellSize);
 }
 
+/** Out of line, so the compiler calls the C library's memcpy for it (see copy_short). */
+LOOM_NOINLINE void copy_long(void* dest, const void* src, std::size_t length);
+
+/**
+ * Copies @p length bytes of a short message (up to a few hundred): up to 32 bytes as a few
+ * overlapping word moves, longer ones by the C library's memcpy. A plain memcpy of a length
+ * the compiler knows to be bounded is inlined as `rep movs`, whose start-up alone costs more
+ * than moving an 8-byte payload.
+ */
+LOOM_ALWAYS_INLINE void copy_short(void* dest, const void* src, std::size_t length) {
+    auto* d = static_cast<std::uint8_t*>(dest);
+    const auto* s = static_cast<const std::uint8_t*>(src);
+    if (length >= 8) {
+        if (length > 32) {
+            copy_long(d, s, length);
+            return;
+        }
+        std::uint64_t a, b, c, e;
+        std::memcpy(&a, s, 8);
+        std::memcpy(&b, s + length - 8, 8);
+        if (length > 16) {
+            std::memcpy(&c, s + 8, 8);
+            std::memcpy(&e, s + length - 16, 8);
+            std::memcpy(d + 8, &c, 8);
+            std::memcpy(d + length - 16, &e, 8);
+        }
+        std::memcpy(d, &a, 8);
+        std::memcpy(d + length - 8, &b, 8);
+    } else if (length >= 4) {
+        std::uint32_t a, b;
+        std::memcpy(&a, s, 4);
+        std::memcpy(&b, s + length - 4, 4);
+        std::memcpy(d, &a, 4);
+        std::memcpy(d + length - 4, &b, 4);
+    } else if (length != 0) {
+        d[0] = s[0];
+        d[length - 1] = s[length - 1];
+        d[length / 2] = s[length / 2];
+    }
+}
+
 /** The seq value of a message published at @p pos. */
 LOOM_ALWAYS_INLINE std::uint64_t seq_of(std::uint64_t pos, std::uint64_t salt) {
     return (pos + 1) ^ salt;

@@ -24,6 +24,8 @@ namespace {
 
 /** Messages handled per progress call at most, so one busy FIFO cannot starve the worker. */
 constexpr unsigned kRxBatch = 16;
+/** Pending requests run per progress call at most (in rounds over the endpoints). */
+constexpr unsigned kPendingBatch = 64;
 /** Progress calls between two looks at the clock for the periodic peer check. */
 constexpr std::uint32_t kClockCheckPeriod = 256;
 /** A full FIFO checks its peer at most this often. */
@@ -46,12 +48,24 @@ constexpr std::uint64_t kMaxFifoCells = 1ull << 24;
 constexpr double kOverhead = 17e-9;
 constexpr double kLatency = 150e-9;
 constexpr double kBandwidth = 20e9;
+/*
+ * Zero-copy overhead: the fixed part of a CMA get or put (process_vm_readv/writev: a system
+ * call that finds the peer and pins its pages). From the protocol layer's tag_lat between
+ * two processes with eager and rendezvous forced (LOOM_RNDV_THRESH), 4 to 32 KiB: the lines
+ * through both give rendezvous ~0.72 us more fixed cost than eager; a round trip, the
+ * overhead above and a registration (150 ns) explain ~0.47 us of it, CMA the rest.
+ */
+constexpr double kZcopyOverhead = 250e-9;
 
 int pidfd_open(pid_t pid) {
     return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
 }
 
 }  // namespace
+
+void copy_long(void* dest, const void* src, std::size_t length) {
+    std::memcpy(dest, src, length);
+}
 
 Peer::~Peer() {
     if (pidfd >= 0) ::close(pidfd);
@@ -239,6 +253,7 @@ Status ShmIface::query(IfaceAttr& attr) const {
     attr.iface_addr_len = kIfaceAddrLen;
     attr.ep_addr_len = 0;
     attr.overhead = kOverhead;
+    attr.zcopy_overhead = kZcopyOverhead;
     attr.bandwidth_dedicated = kBandwidth;
     attr.bandwidth_shared = 0;
     attr.latency = {kLatency, 0};
@@ -608,9 +623,11 @@ unsigned ShmIface::progress(Iface* base) {
             iface->bad_message(cell);
             rx.tail += 1;
         }
-        rx.ctl->tail.store(rx.tail, std::memory_order_release);
         if (++count == kRxBatch) break;
     }
+    // Once per batch, not per message: producers poll this line when the ring looks full,
+    // and every store would take it back from them (a cross-core miss per message).
+    if (count != 0) rx.ctl->tail.store(rx.tail, std::memory_order_release);
     if (LOOM_UNLIKELY(rx.slow_work != 0) || LOOM_UNLIKELY(--rx.countdown == 0))
         count += iface->slow_progress();
     return count;
@@ -669,13 +686,30 @@ unsigned ShmIface::slow_progress() {
 }
 
 unsigned ShmIface::dispatch_pending() {
-    // One request per endpoint per call. An endpoint whose request ran moves to the back; one
-    // that could not run keeps its place, so the next call starts with it: round-robin.
+    // Rounds until nothing could run or the batch is done: one progress call drains a burst of
+    // queued sends (a message rate limited by progress calls otherwise), and the rounds keep
+    // the round-robin order across endpoints.
+    // An endpoint starts only with room for the largest message (pending_room_), then goes on
+    // while its requests fit (each reserves its own cells): a burst, not one send per cell the
+    // receiver frees.
+    unsigned count = 0, ran;
+    bool first = true;
+    do {
+        ran = dispatch_pending_round(first);
+        first = false;
+        count += ran;
+    } while (ran != 0 && count < kPendingBatch && !pending_eps_.empty());
+    return count;
+}
+
+unsigned ShmIface::dispatch_pending_round(bool check_room) {
+    // One request per endpoint per round. An endpoint whose request ran moves to the back; one
+    // that could not run keeps its place, so the next round starts with it: round-robin.
     ucs::List<ShmEp, &ShmEp::pending_link> kept, ran;
     unsigned count = 0;
     while (ShmEp* ep = pending_eps_.pop_front()) {
         if (ep->status != Status::ok || ep->pending.empty()) continue;
-        if (fifo_free_cells(ep->fifo) < pending_room_) {
+        if ((check_room || (ep->flags & kEpBlocked)) && fifo_free_cells(ep->fifo) < pending_room_) {
             if (!(ep->flags & kEpBlocked) && send_blocked(ep) != Status::no_resource) continue;  // it failed
             kept.push_back(*ep);
             continue;

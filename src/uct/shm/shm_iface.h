@@ -286,6 +286,8 @@ private:
     LOOM_COLD void bad_message(Cell* cell);
     LOOM_NOINLINE unsigned slow_progress();
     unsigned dispatch_pending();
+    /** One request per endpoint; @p check_room: only endpoints with room for the largest message. */
+    unsigned dispatch_pending_round(bool check_room);
     unsigned push_sending();
     unsigned push_replies();
     bool push_reply(ReplyJob& job);

@@ -94,6 +94,14 @@ TEST(ShmConfig, LimitsFollowTheConfiguration) {
     EXPECT_NE(0u, side.attr().cap_flags & kCapEventRecv);
 }
 
+TEST(ShmConfig, DefaultBcopyCarriesAn8KiBPayloadAndItsHeaders) {
+    // The protocol layer's 8 KiB eager message (tag and fragment headers up to 64 bytes in
+    // front) must go as one FIFO message, not as 8 KiB minus the header plus a second one.
+    ShmSide side;
+    EXPECT_EQ(8192u + 64u, side.attr().am.max_bcopy);
+    EXPECT_EQ(side.attr().am.max_bcopy, side.attr().put.max_bcopy);
+}
+
 // --- Wake-up events ------------------------------------------------------------------------------
 
 TEST(ShmEvents, AnArmedReceiverIsWokenByTheNextMessageOnly) {
@@ -229,6 +237,51 @@ TEST(ShmFifo, UnusedBcopyCellsBecomePaddingWhenSomeoneReservedBehind) {
         std::memcpy(&header, inbox.messages[2 * round + 1].data(), sizeof(header));
         EXPECT_EQ(0x1234u, header);
     }
+}
+
+/** A pending request that sends one am_short with its sequence number when called. */
+struct ShortRequest : PendingReq {
+    Ep* ep = nullptr;
+    std::uint64_t seq = 0;
+    std::vector<std::uint64_t>* ran = nullptr;
+
+    static Status call(PendingReq* base) {
+        auto* self = static_cast<ShortRequest*>(base);
+        Status status = ep_am_short(self->ep, kAmId, self->seq, nullptr, 0);
+        if (status == Status::ok) self->ran->push_back(self->seq);
+        return status;
+    }
+};
+
+TEST(ShmFifo, OneProgressCallRunsABurstOfPendingRequests) {
+    // Queued sends are a burst once the receiver drains: sending one per progress call would
+    // hold a sender's message rate to its progress rate. Order stays FIFO.
+    ShmSide receiver({{"SHM_FIFO_SIZE", "64k"}});
+    ShmSide sender;
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    std::size_t filled = 0;
+    while (ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok) ++filled;
+    constexpr std::size_t kQueued = 10;
+    std::vector<std::uint64_t> ran;
+    std::vector<ShortRequest> requests(kQueued);
+    for (std::size_t i = 0; i < kQueued; ++i) {
+        requests[i].func = ShortRequest::call;
+        requests[i].ep = ep;
+        requests[i].seq = 1000 + i;
+        requests[i].ran = &ran;
+        ASSERT_EQ(Status::ok, ep_pending_add(ep, &requests[i], 0));
+    }
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == filled; }));
+    EXPECT_TRUE(ran.empty());
+    (void)sender.progress();  // once
+    ASSERT_EQ(kQueued, ran.size()) << "one progress call ran " << ran.size() << " queued requests";
+    for (std::size_t i = 0; i < kQueued; ++i) EXPECT_EQ(1000 + i, ran[i]);
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == filled + kQueued; }));
+    std::uint64_t header;
+    std::memcpy(&header, inbox.messages.back().data(), sizeof(header));
+    EXPECT_EQ(1000 + kQueued - 1, header);
 }
 
 TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {

@@ -1,0 +1,51 @@
+/**
+ * The automatic eager/rendezvous switch point (LOOM_RNDV_THRESH=auto): the message size
+ * from which rendezvous costs less than eager, derived from the performance model the
+ * transports report (uct::IfaceAttr, uct::MdAttr). docs/protocols.md ("Thresholds")
+ * gives the formula and the reasoning.
+ */
+#pragma once
+
+#include "uct/api/uct_types.h"
+
+#include <cstddef>
+
+namespace loom::ucp {
+
+/**
+ * Bytes per second of the copy the eager protocol pays on the receiver (from the
+ * transport's buffer into the user's) and rendezvous does not. Measured on the
+ * development machine as the slope of eager minus that of rendezvous in shm tag_lat
+ * (8 KiB .. 32 KiB, both forced with LOOM_RNDV_THRESH): ~15 GB/s of memcpy across cores.
+ */
+inline constexpr double kRndvCopyBandwidth = 15e9;
+
+/**
+ * Largest automatic threshold: where rendezvous never pays on time, it still keeps a
+ * receiver from buffering an unexpected message whole (malloc'ed at its full length).
+ */
+inline constexpr std::size_t kRndvThreshMax = 256 * 1024;
+
+/** What the model reads of an endpoint's lanes. */
+struct RndvModelInput {
+    const uct::IfaceAttr* eager = nullptr;  ///< the AM lane, which carries eager messages and the RTS
+    const uct::IfaceAttr* rndv = nullptr;   ///< the rendezvous (GET) lane; nullptr: AM pipeline only
+    const uct::MdAttr* rndv_md = nullptr;   ///< the rendezvous lane's memory domain
+    std::size_t max_short = 0;              ///< the AM lane's eager-short limit (0: none)
+};
+
+/**
+ * The size from which rendezvous is expected to be faster than eager, per the model:
+ *
+ *     eager(S) = S / B_eager + S / kRndvCopyBandwidth          (+ what both share: the first message)
+ *     rndv(S)  = 2 L_rndv + O_rndv + Z_rndv + reg.c + S (1 / B_rndv + reg.m)
+ *
+ * (L latency, O overhead, Z zcopy_overhead, B bandwidth_dedicated of the lanes; reg the
+ * rendezvous md's registration cost, counted on the receiver too when its zero-copy
+ * buffers need handles.) The result is at least max_short + 1 (a message eager short can
+ * carry never waits for a handshake) and at most kRndvThreshMax, which is also the answer
+ * when rendezvous never saves time (no GET lane, or a per-byte cost no lower than eager's).
+ */
+std::size_t rndv_thresh_auto(const RndvModelInput& in);
+
+}  // namespace loom::ucp
