@@ -114,9 +114,11 @@ TEST_F(TcpTest, ConfigOverridesApplyAndBadValuesFail) {
     ASSERT_TRUE(iface.ok());
     IfaceAttr attr;
     ASSERT_EQ(Status::ok, (*iface)->query(attr));
-    EXPECT_EQ(16384u - sizeof(tcp::FrameHeader), attr.am.max_bcopy);
+    // A segment of payload: the headers come on top.
+    EXPECT_EQ(16384u, attr.am.max_bcopy);
     EXPECT_EQ(16384u, attr.put.max_bcopy);
-    EXPECT_LE(attr.am.max_short + 16, 16384u);
+    EXPECT_EQ(16384u, attr.am.max_short);
+    EXPECT_EQ(16384u, attr.put.max_short);
 
     // A port range: the first free port of it is used.
     Fd probe(::socket(AF_INET, SOCK_STREAM, 0));
@@ -196,6 +198,142 @@ TEST_F(TcpTest, KeepaliveProbesAreConfigured) {
         }
         (*opened)->ep_destroy(*ep);
     }
+}
+
+/** TCP_CONGESTION of this process's sockets whose local (@p local) or remote port is @p port. */
+std::vector<std::string> congestion_of_sockets(std::uint16_t port, bool local) {
+    std::vector<std::string> found;
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in addr{};
+        socklen_t len = sizeof(addr);
+        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+        if (rc != 0 || addr.sin_family != AF_INET || ntohs(addr.sin_port) != port) continue;
+        sockaddr_in peer{};
+        len = sizeof(peer);
+        if (local && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;  // the listener
+        char name[16] = {};
+        len = sizeof(name);
+        if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) continue;
+        found.emplace_back(name);
+    }
+    return found;
+}
+
+/** The kernel's default congestion control (what a fresh socket gets). */
+std::string system_congestion() {
+    Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    char name[16] = {};
+    socklen_t len = sizeof(name);
+    if (::getsockopt(fd.fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+    return name;
+}
+
+TEST_F(TcpTest, CongestionControlIsRenoOnLoopbackUnlessConfigured) {
+    Fd probe(::socket(AF_INET, SOCK_STREAM, 0));
+    if (::setsockopt(probe.fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4) != 0) {
+        GTEST_SKIP() << "this kernel refuses reno to this process";
+    }
+    const std::string system = system_congestion();
+    ASSERT_FALSE(system.empty());
+    // The default (auto): reno on lo, on both ends of the connection.
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] {
+        return congestion_of_sockets(receiver_port(), true).size() == 1 &&
+               congestion_of_sockets(receiver_port(), false).size() == 1;
+    }));
+    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), false)) << "connecting side";
+    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), true)) << "accepting side";
+    sender_->destroy_ep(ep);
+
+    for (auto [value, expected] : {std::pair<const char*, std::string>{"system", system}, {"reno", "reno"}}) {
+        SCOPED_TRACE(value);
+        IfaceParams params;
+        params.config_overrides = {{"TCP_CONGESTION", value}};
+        Worker worker;
+        auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+        ASSERT_TRUE(opened.ok());
+        EpParams ep_params;
+        ep_params.dev_addr = receiver_->device_address().data();
+        ep_params.dev_addr_len = receiver_->device_address().size();
+        ep_params.iface_addr = receiver_->iface_address().data();
+        ep_params.iface_addr_len = receiver_->iface_address().size();
+        auto created = (*opened)->ep_create(ep_params);
+        ASSERT_TRUE(created.ok());
+        ASSERT_TRUE(wait_for([&] {
+            worker.progress();
+            return !congestion_of_sockets(receiver_port(), false).empty();
+        }));
+        EXPECT_EQ(std::vector<std::string>{expected}, congestion_of_sockets(receiver_port(), false));
+        (*opened)->ep_destroy(*created);
+    }
+
+    // A name the kernel does not know, or one that cannot name an algorithm: refused at open.
+    for (const char* value : {"no-such-cc", "Bad Name"}) {
+        loom::test::LogCapture capture("warn");
+        IfaceParams params;
+        params.config_overrides = {{"TCP_CONGESTION", value}};
+        auto bad = sender_->md().iface_open(lo_.tl, &sender_->worker(), params);
+        EXPECT_EQ(Status::invalid_config, bad.status()) << value;
+        EXPECT_EQ(1, capture.count(value)) << capture.text();
+    }
+}
+
+/**
+ * Short messages may fill a segment: they are written from the caller's memory, and what
+ * the socket does not take is copied before am_short returns (the caller may reuse its
+ * buffer at once). A small send buffer makes every one of them a partial write.
+ */
+TEST_F(TcpTest, ShortMessagesFillASegmentAndSurvivePartialWrites) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    IfaceParams params;
+    params.config_overrides = {{"TCP_SNDBUF", "16k"}};
+    Worker worker;
+    auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+    ASSERT_TRUE(opened.ok());
+    ASSERT_EQ(Status::ok, (*opened)->progress_enable());
+    IfaceAttr attr;
+    ASSERT_EQ(Status::ok, (*opened)->query(attr));
+    EXPECT_EQ(65536u, attr.am.max_short) << "a 64 KiB message is one short frame";
+    EXPECT_EQ(attr.am.max_short, attr.put.max_short);
+    EpParams ep_params;
+    ep_params.dev_addr = receiver_->device_address().data();
+    ep_params.dev_addr_len = receiver_->device_address().size();
+    ep_params.iface_addr = receiver_->iface_address().data();
+    ep_params.iface_addr_len = receiver_->iface_address().size();
+    auto created = (*opened)->ep_create(ep_params);
+    ASSERT_TRUE(created.ok());
+    Ep* ep = *created;
+    auto all = [&] {
+        progress();
+        worker.progress();
+    };
+    std::vector<std::uint8_t> buffer(attr.am.max_short);
+    std::vector<std::vector<std::uint8_t>> sent;
+    for (std::uint64_t m = 0; m < 6; ++m) {
+        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::uint8_t>(i * 13 + m * 29);
+        Status s = Status::no_resource;
+        ASSERT_TRUE(wait_for([&] {
+            all();
+            s = ep_am_short(ep, kAmId, m, buffer.data(), static_cast<unsigned>(buffer.size()));
+            return s != Status::no_resource;
+        }));
+        ASSERT_EQ(Status::ok, s) << "message " << m;
+        std::vector<std::uint8_t> whole(reinterpret_cast<std::uint8_t*>(&m), reinterpret_cast<std::uint8_t*>(&m) + 8);
+        whole.insert(whole.end(), buffer.begin(), buffer.end());
+        sent.push_back(std::move(whole));
+        std::fill(buffer.begin(), buffer.end(), 0xee);  // reused at once
+    }
+    ASSERT_TRUE(wait_for([&] {
+        worker.progress();
+        return got.messages.size() == sent.size();
+    }));
+    for (std::size_t m = 0; m < sent.size(); ++m) EXPECT_TRUE(sent[m] == got.messages[m]) << "message " << m;
+    std::vector<std::uint8_t> too_big(attr.am.max_short + 1);
+    EXPECT_EQ(Status::exceeds_limit,
+              ep_am_short(ep, kAmId, 0, too_big.data(), static_cast<unsigned>(too_big.size())));
+    (*opened)->ep_destroy(ep);
 }
 
 TEST_F(TcpTest, GarbageConnectionIsClosedWithOneLogLine) {
@@ -481,7 +619,11 @@ TEST_F(TcpTest, LargeActiveMessagesStreamIntoABufferOfTheirOwn) {
     Ep* ep = sender_->connect_to(*receiver_);
     const IfaceAttr& attr = sender_->attr();
     ASSERT_GT(attr.am.max_zcopy, attr.am.max_bcopy);
-    std::vector<std::size_t> sizes = {attr.am.max_bcopy + 1, 1u << 20, attr.am.max_zcopy - 16, 100};
+    // The receive buffer holds a segment and kRxHeadroom bytes of headers: with the frame
+    // header and this test's 8-byte header, the first size is the largest it takes, the
+    // second one byte more (streamed).
+    const std::size_t fits = attr.am.max_bcopy + tcp::kRxHeadroom - sizeof(tcp::FrameHeader) - 8;
+    std::vector<std::size_t> sizes = {fits, fits + 1, 1u << 20, attr.am.max_zcopy - 16, 100};
     std::vector<std::vector<std::uint8_t>> sent;
     for (std::size_t size : sizes) {
         std::vector<std::uint8_t> data(size);
