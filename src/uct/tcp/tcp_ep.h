@@ -88,6 +88,7 @@ enum class ConnState : std::uint8_t {
 enum EpFlags : std::uint8_t {
     kEpPassive = 1u << 0,      ///< accepted by the iface and not (yet) adopted as a user endpoint
     kEpDirty = 1u << 1,        ///< posted puts/atomics since the last remote flush
+    kEpUnpolled = 1u << 2,     ///< the iface's hot connection: open, read directly, left out of the epoll set
     kEpDestroyed = 1u << 3,    ///< destroyed during progress: freed at its end
     kEpFailPending = 1u << 4,  ///< failed; teardown and on_error at the end of progress
     kEpTimed = 1u << 5,        ///< counted in the iface's connecting (timeout-checked) set

@@ -157,6 +157,9 @@ private:
     unsigned dispatch_pending();
     void untime(TcpEp* ep);
     void update_hot();
+    static std::uint32_t wanted_events(const TcpEp* ep);
+    void unpoll(TcpEp* ep);
+    void repoll(TcpEp* ep);
 
     // rx (tcp_rx.cc)
     bool parse_frames(TcpEp* ep);
@@ -199,6 +202,7 @@ private:
     bool epoll_failed_ = false;
     unsigned nconns_ = 0;        ///< length of conns_
     TcpEp* hot_ = nullptr;       ///< the only connection, when it is established and idle-sending: read directly
+    bool keep_polled_ = false;   ///< event_fd() was asked for: the hot connection stays in the epoll set
     unsigned poll_tick_ = 0;     ///< counts direct reads between full polls
     std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
     double link_bandwidth_ = 1e9;  ///< bytes/s of a non-loopback device

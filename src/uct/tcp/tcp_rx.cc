@@ -477,6 +477,7 @@ bool TcpIface::rx_direct(TcpEp* ep) {
         }
     }
     finish_direct(ep);
+    update_hot();  // back to frames: it may be read directly again
     return ep->state == ConnState::connected && rx->mode == kRxFrames;
 }
 

@@ -14,6 +14,9 @@
 
 #include <array>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace loom::uct::test {
@@ -769,6 +772,116 @@ TEST_F(TcpTest, EventFdSignalsIncomingMessages) {
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 1, nullptr, 0));
     EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived: the fd must wake a blocked waiter";
     ASSERT_TRUE(wait_for([&] { return got.messages.size() == 2; }));
+}
+
+/** The fds registered in any epoll set of this process (from /proc/self/fdinfo). */
+std::set<int> fds_in_epoll_sets() {
+    std::set<int> found;
+    for (int fd = 0; fd < 4096; ++fd) {
+        char link[64] = {};
+        std::string path = "/proc/self/fd/" + std::to_string(fd);
+        ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+        if (n <= 0 || std::string(link, static_cast<std::size_t>(n)) != "anon_inode:[eventpoll]") continue;
+        std::ifstream info("/proc/self/fdinfo/" + std::to_string(fd));
+        std::string word;
+        while (info >> word) {
+            int tfd;
+            if (word == "tfd:" && info >> tfd) found.insert(tfd);
+        }
+    }
+    return found;
+}
+
+/** The fd of this process's socket whose local (@p local) or remote port is @p port, or -1. */
+int socket_with_port(std::uint16_t port, bool local) {
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in addr{}, peer{};
+        socklen_t len = sizeof(addr), plen = sizeof(peer);
+        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+        if (rc == 0 && addr.sin_family == AF_INET && ntohs(addr.sin_port) == port &&
+            ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
+            return fd;
+        }
+    }
+    return -1;
+}
+
+/**
+ * The only connection of an iface is read directly and left out of the epoll set (its
+ * wake-up callback would cost every incoming segment); asking for the event fd puts it
+ * back, and what arrived meanwhile makes the fd readable at once.
+ */
+TEST_F(TcpTest, HotConnectionLeavesTheEpollSetUntilTheEventFdIsAskedFor) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 1; }));
+    const int accepted = socket_with_port(receiver_port(), true);
+    const int connecting = socket_with_port(receiver_port(), false);
+    ASSERT_GE(accepted, 0);
+    ASSERT_GE(connecting, 0);
+    std::set<int> polled = fds_in_epoll_sets();
+    EXPECT_EQ(0u, polled.count(accepted)) << "the receiver's only connection is read directly";
+    EXPECT_EQ(0u, polled.count(connecting)) << "the sender's only connection is read directly";
+
+    // Traffic both ways still flows, read by progress alone.
+    for (std::uint64_t i = 1; i <= 20; ++i) {
+        ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, i, nullptr, 0) == Status::ok; }));
+    }
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 21; }));
+
+    // A message arrives unseen, then someone asks for the fd: it is readable at once.
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 99, nullptr, 0));
+    auto fd = receiver_->iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(accepted));
+    pollfd pfd{*fd, POLLIN, 0};
+    EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "the message that arrived meanwhile must wake a waiter";
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 22; }));
+    for (int i = 0; i < 100; ++i) progress();
+    ASSERT_EQ(Status::ok, receiver_->iface().event_arm());
+    EXPECT_EQ(0, ::poll(&pfd, 1, 0)) << "nothing to do: the fd must not be readable";
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 100, nullptr, 0));
+    EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived: the fd must wake a blocked waiter";
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 23; }));
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(accepted)) << "stays in the set once the fd was asked for";
+}
+
+/** With a second connection the iface polls again: the first goes back into the set and both are served. */
+TEST_F(TcpTest, SecondConnectionPutsTheHotOneBackIntoTheEpollSet) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, 1, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 1; }));
+    const int first = socket_with_port(receiver_port(), true);
+    ASSERT_GE(first, 0);
+    ASSERT_EQ(0u, fds_in_epoll_sets().count(first));
+    Entity third(lo_);
+    Ep* other = third.connect_to(*receiver_);
+    auto all = [&] {
+        progress();
+        third.worker().progress();
+    };
+    auto until = [&](auto done) {
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            all();
+        }
+        return true;
+    };
+    ASSERT_TRUE(until([&] { return ep_am_short(other, kAmId, 2, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(until([&] { return got.messages.size() == 2; }));
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(first)) << "two connections: both polled";
+    for (std::uint64_t i = 3; i < 23; ++i) {
+        Ep* via = i % 2 ? ep : other;
+        ASSERT_TRUE(until([&] { return ep_am_short(via, kAmId, i, nullptr, 0) == Status::ok; }));
+    }
+    ASSERT_TRUE(until([&] { return got.messages.size() == 22; }));
+    third.destroy_ep(other);
 }
 
 TEST_F(TcpTest, EndpointCanBeDestroyedFromInsideAHandler) {
