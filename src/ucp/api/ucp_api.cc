@@ -59,9 +59,10 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
         return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
     }
     const Datatype dt = dt_of(p);
-    // Eager short: nothing to allocate when the transport takes it at once.
-    if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count <= ep->max_short && ep->num_pending == 0 &&
-                    !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
+    // Eager short: nothing to allocate when the transport takes it at once. (A transport's
+    // max_short may be large, tcp's is a whole segment: the rendezvous threshold still rules.)
+    if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count <= ep->max_short && count < ep->rndv_thresh &&
+                    ep->num_pending == 0 && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
         Status s = uct::ep_am_short(ep->am_ep, kAmEagerOnly, tag, buffer, static_cast<unsigned>(count));
         if (LOOM_LIKELY(s == Status::ok)) return nullptr;
         if (s != Status::no_resource) return status_ptr(s);
@@ -69,7 +70,7 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
     if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
         if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
     }
-    if ((attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) && count > ep->max_short) {
+    if ((attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) && (count > ep->max_short || count >= ep->rndv_thresh)) {
         return status_ptr(Status::no_resource);
     }
     Request* req = new_request(w, p);

@@ -839,10 +839,14 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
         out += fmt::format("{}  endpoint-to-endpoint lanes wired up over {}/{}\n", prefix, wl.rsc->tl.tl_name,
                            wl.rsc->tl.dev_name);
     }
-    if (ep.max_short > 0) out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, ep.max_short);
-    const std::size_t bcopy_from = ep.max_short > 0 ? ep.max_short + 1 : 0;
-    if (ep.rndv_thresh > bcopy_from) {  // empty when rendezvous starts right after eager short
-        out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix, bcopy_from,
+    // Eager short stops below the threshold too (tag_send checks both).
+    const std::size_t short_end = std::min<std::size_t>(ep.max_short, ep.rndv_thresh ? ep.rndv_thresh - 1 : 0);
+    const std::size_t bcopy_start = ep.max_short > 0 ? short_end + 1 : 0;
+    if (ep.max_short > 0 && ep.rndv_thresh > 0) {
+        out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, short_end);
+    }
+    if (bcopy_start < ep.rndv_thresh) {
+        out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix, bcopy_start,
                            ep.rndv_thresh - 1, ep.max_bcopy);
     }
     out += fmt::format("{}  {:>10} .. {:<10} rendezvous, {}\n", prefix, ep.rndv_thresh, "inf", rndv);

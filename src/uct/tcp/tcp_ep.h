@@ -67,10 +67,13 @@ inline constexpr std::size_t kMaxIov = 8;
 inline constexpr std::size_t kMaxTxIov = kMaxIov + 2;
 /** Room for the headers of one frame, in front of the data in a TxDesc. */
 inline constexpr std::size_t kMaxHeaderRoom = 256;
+/**
+ * Receive-buffer room beyond LOOM_TCP_SEG_SIZE: a short or bcopy message carries a whole
+ * segment of payload (a 64 KiB message is one frame), its headers come on top.
+ */
+inline constexpr std::size_t kRxHeadroom = 64;
 /** Largest am_zcopy user header. */
 inline constexpr std::size_t kMaxAmZcopyHeader = 128;
-/** Largest am_short/put_short payload (further capped by the segment size). */
-inline constexpr std::size_t kMaxShortCap = 8192;
 /** Largest RMA transfer (put/get zcopy) in one frame. */
 inline constexpr std::size_t kMaxRmaFrame = 1ull << 30;
 
@@ -85,6 +88,7 @@ enum class ConnState : std::uint8_t {
 enum EpFlags : std::uint8_t {
     kEpPassive = 1u << 0,      ///< accepted by the iface and not (yet) adopted as a user endpoint
     kEpDirty = 1u << 1,        ///< posted puts/atomics since the last remote flush
+    kEpUnpolled = 1u << 2,     ///< the iface's hot connection: open, read directly, left out of the epoll set
     kEpDestroyed = 1u << 3,    ///< destroyed during progress: freed at its end
     kEpFailPending = 1u << 4,  ///< failed; teardown and on_error at the end of progress
     kEpTimed = 1u << 5,        ///< counted in the iface's connecting (timeout-checked) set
@@ -147,7 +151,7 @@ struct RxState {
     std::uint8_t* large;      ///< direct am: the buffer the message is received into
     std::uint64_t remaining;  ///< direct/discard: payload bytes still to come
     iovec seg[kMaxIov];       ///< direct: where the payload goes
-    alignas(16) std::uint8_t data[];  ///< seg_size bytes
+    alignas(16) std::uint8_t data[];  ///< TcpIface::rx_size() bytes
 };
 
 enum RxMode : std::uint8_t { kRxFrames = 0, kRxDirect = 1, kRxDiscard = 2 };

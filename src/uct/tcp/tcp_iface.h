@@ -102,8 +102,10 @@ public:
     void put_req_desc(ReqDesc* desc) { req_pool_.put(desc); }
 
     std::size_t seg_size() const { return seg_size_; }
+    /** Bytes of a connection's receive buffer: a segment of payload and the headers of its frame. */
+    std::size_t rx_size() const { return seg_size_ + kRxHeadroom; }
     std::size_t max_short() const { return max_short_; }
-    std::size_t max_am_bcopy() const { return seg_size_ - sizeof(FrameHeader); }
+    std::size_t max_am_bcopy() const { return seg_size_; }
     std::size_t max_am() const { return config_.max_am; }
     TcpMd* tcp_md() const { return md_; }
 
@@ -129,6 +131,7 @@ private:
              const TcpConfig& config);
 
     Status listen(std::uint16_t min_port, std::uint16_t max_port);
+    Status choose_congestion();
     Status create_pools();
     Status set_socket_options(int fd, const char* what);
     Status connect_socket(TcpEp* ep);
@@ -154,6 +157,9 @@ private:
     unsigned dispatch_pending();
     void untime(TcpEp* ep);
     void update_hot();
+    static std::uint32_t wanted_events(const TcpEp* ep);
+    void unpoll(TcpEp* ep);
+    void repoll(TcpEp* ep);
 
     // rx (tcp_rx.cc)
     bool parse_frames(TcpEp* ep);
@@ -176,6 +182,7 @@ private:
     TcpMd* md_;
     NetDevice device_;
     TcpConfig config_;
+    std::string congestion_;  ///< TCP_CONGESTION of every connection; empty: the system default
     std::size_t seg_size_;
     std::size_t max_short_;
     ucs::EventSet epoll_;
@@ -195,6 +202,7 @@ private:
     bool epoll_failed_ = false;
     unsigned nconns_ = 0;        ///< length of conns_
     TcpEp* hot_ = nullptr;       ///< the only connection, when it is established and idle-sending: read directly
+    bool keep_polled_ = false;   ///< event_fd() was asked for: the hot connection stays in the epoll set
     unsigned poll_tick_ = 0;     ///< counts direct reads between full polls
     std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
     double link_bandwidth_ = 1e9;  ///< bytes/s of a non-loopback device

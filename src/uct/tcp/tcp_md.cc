@@ -29,6 +29,15 @@ namespace {
 
 using namespace ucs::config;
 
+/** "auto", "system", or what may name a kernel congestion control module (TCP_CA_NAME_MAX is 16 with the NUL). */
+bool valid_congestion(std::string_view text) {
+    if (text.empty() || text.size() > 15) return false;
+    for (char c : text) {
+        if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '_' && c != '-') return false;
+    }
+    return true;
+}
+
 bool valid_port_range(std::string_view text) {
     std::uint16_t min, max;
     return parse_port_range(std::string(text), min, max) == Status::ok;
@@ -54,9 +63,20 @@ const RegisteredTable<TcpConfig>& make_table() {
                   SizeParser().allow_auto()),
             field("NODELAY", "yes", "Disable Nagle's algorithm (TCP_NODELAY): small messages leave at once.",
                   &TcpConfig::nodelay, BoolParser()),
+            field("CONGESTION", "auto",
+                  "TCP congestion control of the connections (TCP_CONGESTION). auto: reno on the loopback "
+                  "device, where there is no congestion to control and a pacing default such as bbr keeps only "
+                  "a few segments in flight, costing bandwidth and CPU time per byte; the system default on "
+                  "other devices. system: always the system default. Any other value names an algorithm the "
+                  "kernel offers (net.ipv4.tcp_available_congestion_control; one outside "
+                  "net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN).",
+                  &TcpConfig::congestion,
+                  StringParser("congestion control", "auto, system, or an algorithm name such as reno or cubic",
+                               valid_congestion)),
             field("SEG_SIZE", "64k",
-                  "Largest frame that passes through a connection's receive buffer: bounds am_bcopy, "
-                  "am_zcopy, put_bcopy and get_bcopy. Each connection holds one receive buffer of this size.",
+                  "Largest payload of a short or bcopy operation (am_short, am_bcopy, put_short, put_bcopy, "
+                  "get_bcopy): such a frame passes through the connection's receive buffer, which holds one "
+                  "segment and the frame's headers.",
                   &TcpConfig::seg_size, SizeParser()),
             field("MAX_AM_SIZE", "4m",
                   "Largest active message (header and payload of am_zcopy). Messages larger than "
@@ -179,9 +199,9 @@ Result<std::unique_ptr<Iface>> TcpMd::iface_open(const TlResource& resource, Wor
         LOOM_LOG_ERROR("LOOM_TCP_SEG_SIZE={} is out of range ({}..{})", config.seg_size, kMinSegSize, kMaxSegSize);
         return Status::invalid_config;
     }
-    if (config.max_am < config.seg_size - sizeof(FrameHeader) || config.max_am > kMaxRmaFrame) {
-        LOOM_LOG_ERROR("LOOM_TCP_MAX_AM_SIZE={} is out of range ({}..{})", config.max_am,
-                       config.seg_size - sizeof(FrameHeader), kMaxRmaFrame);
+    if (config.max_am < config.seg_size || config.max_am > kMaxRmaFrame) {
+        LOOM_LOG_ERROR("LOOM_TCP_MAX_AM_SIZE={} is out of range ({}..{})", config.max_am, config.seg_size,
+                       kMaxRmaFrame);
         return Status::invalid_config;
     }
     for (const NetDevice& dev : list_devices()) {

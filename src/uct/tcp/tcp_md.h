@@ -26,7 +26,8 @@ struct TcpConfig {
     std::size_t sndbuf = 0;          ///< kSizeAuto: leave the kernel's auto-tuning on
     std::size_t rcvbuf = 0;
     bool nodelay = true;
-    std::size_t seg_size = 0;        ///< largest frame carried through the receive buffer
+    std::string congestion;          ///< "auto", "system" or the name of a congestion control algorithm
+    std::size_t seg_size = 0;        ///< largest short/bcopy payload: frames up to it pass through the receive buffer
     std::size_t max_am = 0;          ///< largest active message (am_zcopy beyond seg_size streams)
     unsigned conn_retries = 0;
     std::chrono::nanoseconds conn_retry_interval{};

@@ -79,7 +79,7 @@ bool TcpIface::rx_progress(TcpEp* ep) {
             if (!rx_direct(ep)) return true;
             continue;
         }
-        std::size_t room = seg_size_ - rx->length;
+        std::size_t room = rx_size() - rx->length;
         if (LOOM_UNLIKELY(rx->expect_large)) {
             // After a streamed frame another one is likely: take its headers alone, so its
             // payload goes straight to its destination instead of through this buffer.
@@ -124,7 +124,7 @@ bool TcpIface::parse_frames(TcpEp* ep) {
         std::uint8_t* payload = buf + offset + sizeof(fh);
         std::size_t avail = length - offset - sizeof(fh);
         if (LOOM_LIKELY(fh.type == FrameType::am)) {
-            if (LOOM_UNLIKELY(fh.length > seg_size_ - sizeof(FrameHeader))) {
+            if (LOOM_UNLIKELY(fh.length > rx_size() - sizeof(FrameHeader))) {
                 // Larger than the receive buffer: streamed into a buffer of its own.
                 if (fh.length > config_.max_am) {
                     malformed(ep, "active message longer than LOOM_TCP_MAX_AM_SIZE", fh.length);
@@ -451,7 +451,7 @@ bool TcpIface::rx_direct(TcpEp* ep) {
             msg.msg_iovlen = rx->nseg - rx->seg_pos;
             n = ::recvmsg(ep->fd, &msg, MSG_DONTWAIT);
         } else {
-            n = ::recv(ep->fd, rx->data, std::min<std::uint64_t>(rx->remaining, seg_size_), MSG_DONTWAIT);
+            n = ::recv(ep->fd, rx->data, std::min<std::uint64_t>(rx->remaining, rx_size()), MSG_DONTWAIT);
         }
         if (LOOM_UNLIKELY(n <= 0)) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
@@ -477,6 +477,7 @@ bool TcpIface::rx_direct(TcpEp* ep) {
         }
     }
     finish_direct(ep);
+    update_hot();  // back to frames: it may be read directly again
     return ep->state == ConnState::connected && rx->mode == kRxFrames;
 }
 

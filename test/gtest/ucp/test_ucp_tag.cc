@@ -183,6 +183,33 @@ TEST_P(UcpTagTest, GetRendezvousFromSmallThreshold) {
     }
 }
 
+/**
+ * The rendezvous threshold also rules sizes the transport could send short (tcp sends up
+ * to a whole 64 KiB segment short): a message of the threshold's size waits for its
+ * receiver, one byte less is eager.
+ */
+TEST_P(UcpTagTest, ThresholdAppliesBelowTheShortLimit) {
+    init({{"LOOM_RNDV_THRESH", "64"}});
+    auto data = pattern(64, 5);
+    loom_request_param_t imm{};
+    imm.op_attr_mask = LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    EXPECT_EQ(LOOM_ERR_NO_RESOURCE, LOOM_PTR_STATUS(loom_tag_send_nbx(ep_, data.data(), 64, 11, &imm)))
+        << "a rendezvous cannot complete inside the call";
+    loom_status_ptr_t eager = loom_tag_send_nbx(ep_, data.data(), 63, 12, nullptr);
+    ASSERT_FALSE(LOOM_PTR_IS_ERR(eager));
+    loom_status_ptr_t rndv = loom_tag_send_nbx(ep_, data.data(), 64, 13, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rndv)) << "completed before the receiver fetched the data";
+    for (int i = 0; i < 200; ++i) progress();
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rndv)) << "completed before any receive";
+    std::vector<char> out(64, 0);
+    ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), 63, 12, ~0ull, nullptr)));
+    EXPECT_TRUE(std::equal(out.begin(), out.begin() + 63, data.begin()));
+    ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), 64, 13, ~0ull, nullptr)));
+    EXPECT_EQ(data, out);
+    EXPECT_EQ(LOOM_OK, wait(rndv));
+    EXPECT_EQ(LOOM_OK, wait(eager));
+}
+
 /** MPI order: messages of one pair match in send order, whatever their protocol. */
 TEST_P(UcpTagTest, OrderUnderMixedSizes) {
     const std::vector<std::size_t> sizes = {8, 70000, 16, 300000, 5000, 1, 20000, 1 << 20, 64, 9000};

@@ -14,6 +14,9 @@
 
 #include <array>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace loom::uct::test {
@@ -114,9 +117,11 @@ TEST_F(TcpTest, ConfigOverridesApplyAndBadValuesFail) {
     ASSERT_TRUE(iface.ok());
     IfaceAttr attr;
     ASSERT_EQ(Status::ok, (*iface)->query(attr));
-    EXPECT_EQ(16384u - sizeof(tcp::FrameHeader), attr.am.max_bcopy);
+    // A segment of payload: the headers come on top.
+    EXPECT_EQ(16384u, attr.am.max_bcopy);
     EXPECT_EQ(16384u, attr.put.max_bcopy);
-    EXPECT_LE(attr.am.max_short + 16, 16384u);
+    EXPECT_EQ(16384u, attr.am.max_short);
+    EXPECT_EQ(16384u, attr.put.max_short);
 
     // A port range: the first free port of it is used.
     Fd probe(::socket(AF_INET, SOCK_STREAM, 0));
@@ -196,6 +201,142 @@ TEST_F(TcpTest, KeepaliveProbesAreConfigured) {
         }
         (*opened)->ep_destroy(*ep);
     }
+}
+
+/** TCP_CONGESTION of this process's sockets whose local (@p local) or remote port is @p port. */
+std::vector<std::string> congestion_of_sockets(std::uint16_t port, bool local) {
+    std::vector<std::string> found;
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in addr{};
+        socklen_t len = sizeof(addr);
+        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+        if (rc != 0 || addr.sin_family != AF_INET || ntohs(addr.sin_port) != port) continue;
+        sockaddr_in peer{};
+        len = sizeof(peer);
+        if (local && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;  // the listener
+        char name[16] = {};
+        len = sizeof(name);
+        if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) continue;
+        found.emplace_back(name);
+    }
+    return found;
+}
+
+/** The kernel's default congestion control (what a fresh socket gets). */
+std::string system_congestion() {
+    Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    char name[16] = {};
+    socklen_t len = sizeof(name);
+    if (::getsockopt(fd.fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+    return name;
+}
+
+TEST_F(TcpTest, CongestionControlIsRenoOnLoopbackUnlessConfigured) {
+    Fd probe(::socket(AF_INET, SOCK_STREAM, 0));
+    if (::setsockopt(probe.fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4) != 0) {
+        GTEST_SKIP() << "this kernel refuses reno to this process";
+    }
+    const std::string system = system_congestion();
+    ASSERT_FALSE(system.empty());
+    // The default (auto): reno on lo, on both ends of the connection.
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] {
+        return congestion_of_sockets(receiver_port(), true).size() == 1 &&
+               congestion_of_sockets(receiver_port(), false).size() == 1;
+    }));
+    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), false)) << "connecting side";
+    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), true)) << "accepting side";
+    sender_->destroy_ep(ep);
+
+    for (auto [value, expected] : {std::pair<const char*, std::string>{"system", system}, {"reno", "reno"}}) {
+        SCOPED_TRACE(value);
+        IfaceParams params;
+        params.config_overrides = {{"TCP_CONGESTION", value}};
+        Worker worker;
+        auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+        ASSERT_TRUE(opened.ok());
+        EpParams ep_params;
+        ep_params.dev_addr = receiver_->device_address().data();
+        ep_params.dev_addr_len = receiver_->device_address().size();
+        ep_params.iface_addr = receiver_->iface_address().data();
+        ep_params.iface_addr_len = receiver_->iface_address().size();
+        auto created = (*opened)->ep_create(ep_params);
+        ASSERT_TRUE(created.ok());
+        ASSERT_TRUE(wait_for([&] {
+            worker.progress();
+            return !congestion_of_sockets(receiver_port(), false).empty();
+        }));
+        EXPECT_EQ(std::vector<std::string>{expected}, congestion_of_sockets(receiver_port(), false));
+        (*opened)->ep_destroy(*created);
+    }
+
+    // A name the kernel does not know, or one that cannot name an algorithm: refused at open.
+    for (const char* value : {"no-such-cc", "Bad Name"}) {
+        loom::test::LogCapture capture("warn");
+        IfaceParams params;
+        params.config_overrides = {{"TCP_CONGESTION", value}};
+        auto bad = sender_->md().iface_open(lo_.tl, &sender_->worker(), params);
+        EXPECT_EQ(Status::invalid_config, bad.status()) << value;
+        EXPECT_EQ(1, capture.count(value)) << capture.text();
+    }
+}
+
+/**
+ * Short messages may fill a segment: they are written from the caller's memory, and what
+ * the socket does not take is copied before am_short returns (the caller may reuse its
+ * buffer at once). A small send buffer makes every one of them a partial write.
+ */
+TEST_F(TcpTest, ShortMessagesFillASegmentAndSurvivePartialWrites) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    IfaceParams params;
+    params.config_overrides = {{"TCP_SNDBUF", "16k"}};
+    Worker worker;
+    auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+    ASSERT_TRUE(opened.ok());
+    ASSERT_EQ(Status::ok, (*opened)->progress_enable());
+    IfaceAttr attr;
+    ASSERT_EQ(Status::ok, (*opened)->query(attr));
+    EXPECT_EQ(65536u, attr.am.max_short) << "a 64 KiB message is one short frame";
+    EXPECT_EQ(attr.am.max_short, attr.put.max_short);
+    EpParams ep_params;
+    ep_params.dev_addr = receiver_->device_address().data();
+    ep_params.dev_addr_len = receiver_->device_address().size();
+    ep_params.iface_addr = receiver_->iface_address().data();
+    ep_params.iface_addr_len = receiver_->iface_address().size();
+    auto created = (*opened)->ep_create(ep_params);
+    ASSERT_TRUE(created.ok());
+    Ep* ep = *created;
+    auto all = [&] {
+        progress();
+        worker.progress();
+    };
+    std::vector<std::uint8_t> buffer(attr.am.max_short);
+    std::vector<std::vector<std::uint8_t>> sent;
+    for (std::uint64_t m = 0; m < 6; ++m) {
+        for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::uint8_t>(i * 13 + m * 29);
+        Status s = Status::no_resource;
+        ASSERT_TRUE(wait_for([&] {
+            all();
+            s = ep_am_short(ep, kAmId, m, buffer.data(), static_cast<unsigned>(buffer.size()));
+            return s != Status::no_resource;
+        }));
+        ASSERT_EQ(Status::ok, s) << "message " << m;
+        std::vector<std::uint8_t> whole(reinterpret_cast<std::uint8_t*>(&m), reinterpret_cast<std::uint8_t*>(&m) + 8);
+        whole.insert(whole.end(), buffer.begin(), buffer.end());
+        sent.push_back(std::move(whole));
+        std::fill(buffer.begin(), buffer.end(), 0xee);  // reused at once
+    }
+    ASSERT_TRUE(wait_for([&] {
+        worker.progress();
+        return got.messages.size() == sent.size();
+    }));
+    for (std::size_t m = 0; m < sent.size(); ++m) EXPECT_TRUE(sent[m] == got.messages[m]) << "message " << m;
+    std::vector<std::uint8_t> too_big(attr.am.max_short + 1);
+    EXPECT_EQ(Status::exceeds_limit,
+              ep_am_short(ep, kAmId, 0, too_big.data(), static_cast<unsigned>(too_big.size())));
+    (*opened)->ep_destroy(ep);
 }
 
 TEST_F(TcpTest, GarbageConnectionIsClosedWithOneLogLine) {
@@ -481,7 +622,11 @@ TEST_F(TcpTest, LargeActiveMessagesStreamIntoABufferOfTheirOwn) {
     Ep* ep = sender_->connect_to(*receiver_);
     const IfaceAttr& attr = sender_->attr();
     ASSERT_GT(attr.am.max_zcopy, attr.am.max_bcopy);
-    std::vector<std::size_t> sizes = {attr.am.max_bcopy + 1, 1u << 20, attr.am.max_zcopy - 16, 100};
+    // The receive buffer holds a segment and kRxHeadroom bytes of headers: with the frame
+    // header and this test's 8-byte header, the first size is the largest it takes, the
+    // second one byte more (streamed).
+    const std::size_t fits = attr.am.max_bcopy + tcp::kRxHeadroom - sizeof(tcp::FrameHeader) - 8;
+    std::vector<std::size_t> sizes = {fits, fits + 1, 1u << 20, attr.am.max_zcopy - 16, 100};
     std::vector<std::vector<std::uint8_t>> sent;
     for (std::size_t size : sizes) {
         std::vector<std::uint8_t> data(size);
@@ -627,6 +772,116 @@ TEST_F(TcpTest, EventFdSignalsIncomingMessages) {
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 1, nullptr, 0));
     EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived: the fd must wake a blocked waiter";
     ASSERT_TRUE(wait_for([&] { return got.messages.size() == 2; }));
+}
+
+/** The fds registered in any epoll set of this process (from /proc/self/fdinfo). */
+std::set<int> fds_in_epoll_sets() {
+    std::set<int> found;
+    for (int fd = 0; fd < 4096; ++fd) {
+        char link[64] = {};
+        std::string path = "/proc/self/fd/" + std::to_string(fd);
+        ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+        if (n <= 0 || std::string(link, static_cast<std::size_t>(n)) != "anon_inode:[eventpoll]") continue;
+        std::ifstream info("/proc/self/fdinfo/" + std::to_string(fd));
+        std::string word;
+        while (info >> word) {
+            int tfd;
+            if (word == "tfd:" && info >> tfd) found.insert(tfd);
+        }
+    }
+    return found;
+}
+
+/** The fd of this process's socket whose local (@p local) or remote port is @p port, or -1. */
+int socket_with_port(std::uint16_t port, bool local) {
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in addr{}, peer{};
+        socklen_t len = sizeof(addr), plen = sizeof(peer);
+        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+        if (rc == 0 && addr.sin_family == AF_INET && ntohs(addr.sin_port) == port &&
+            ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
+            return fd;
+        }
+    }
+    return -1;
+}
+
+/**
+ * The only connection of an iface is read directly and left out of the epoll set (its
+ * wake-up callback would cost every incoming segment); asking for the event fd puts it
+ * back, and what arrived meanwhile makes the fd readable at once.
+ */
+TEST_F(TcpTest, HotConnectionLeavesTheEpollSetUntilTheEventFdIsAskedFor) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 1; }));
+    const int accepted = socket_with_port(receiver_port(), true);
+    const int connecting = socket_with_port(receiver_port(), false);
+    ASSERT_GE(accepted, 0);
+    ASSERT_GE(connecting, 0);
+    std::set<int> polled = fds_in_epoll_sets();
+    EXPECT_EQ(0u, polled.count(accepted)) << "the receiver's only connection is read directly";
+    EXPECT_EQ(0u, polled.count(connecting)) << "the sender's only connection is read directly";
+
+    // Traffic both ways still flows, read by progress alone.
+    for (std::uint64_t i = 1; i <= 20; ++i) {
+        ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, i, nullptr, 0) == Status::ok; }));
+    }
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 21; }));
+
+    // A message arrives unseen, then someone asks for the fd: it is readable at once.
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 99, nullptr, 0));
+    auto fd = receiver_->iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(accepted));
+    pollfd pfd{*fd, POLLIN, 0};
+    EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "the message that arrived meanwhile must wake a waiter";
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 22; }));
+    for (int i = 0; i < 100; ++i) progress();
+    ASSERT_EQ(Status::ok, receiver_->iface().event_arm());
+    EXPECT_EQ(0, ::poll(&pfd, 1, 0)) << "nothing to do: the fd must not be readable";
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 100, nullptr, 0));
+    EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived: the fd must wake a blocked waiter";
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 23; }));
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(accepted)) << "stays in the set once the fd was asked for";
+}
+
+/** With a second connection the iface polls again: the first goes back into the set and both are served. */
+TEST_F(TcpTest, SecondConnectionPutsTheHotOneBackIntoTheEpollSet) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    ASSERT_TRUE(wait_for([&] { return ep_am_short(ep, kAmId, 1, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 1; }));
+    const int first = socket_with_port(receiver_port(), true);
+    ASSERT_GE(first, 0);
+    ASSERT_EQ(0u, fds_in_epoll_sets().count(first));
+    Entity third(lo_);
+    Ep* other = third.connect_to(*receiver_);
+    auto all = [&] {
+        progress();
+        third.worker().progress();
+    };
+    auto until = [&](auto done) {
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (!done()) {
+            if (std::chrono::steady_clock::now() > deadline) return false;
+            all();
+        }
+        return true;
+    };
+    ASSERT_TRUE(until([&] { return ep_am_short(other, kAmId, 2, nullptr, 0) == Status::ok; }));
+    ASSERT_TRUE(until([&] { return got.messages.size() == 2; }));
+    EXPECT_EQ(1u, fds_in_epoll_sets().count(first)) << "two connections: both polled";
+    for (std::uint64_t i = 3; i < 23; ++i) {
+        Ep* via = i % 2 ? ep : other;
+        ASSERT_TRUE(until([&] { return ep_am_short(via, kAmId, i, nullptr, 0) == Status::ok; }));
+    }
+    ASSERT_TRUE(until([&] { return got.messages.size() == 22; }));
+    third.destroy_ep(other);
 }
 
 TEST_F(TcpTest, EndpointCanBeDestroyedFromInsideAHandler) {
