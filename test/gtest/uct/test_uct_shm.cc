@@ -239,6 +239,27 @@ TEST(ShmFifo, UnusedBcopyCellsBecomePaddingWhenSomeoneReservedBehind) {
     }
 }
 
+TEST(ShmFifo, ShortCopiesMoveExactlyTheirBytesAtAnyAlignment) {
+    // copy_short's word moves overlap: every length from 0 to past its 32-byte limit, at every
+    // alignment of source and destination, writes its bytes and nothing around them.
+    std::vector<std::uint8_t> src(512), dst(512);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    for (std::size_t length = 0; length <= 300; ++length) {
+        for (std::size_t s_off = 0; s_off < 8; ++s_off) {
+            for (std::size_t d_off = 0; d_off < 8; ++d_off) {
+                std::fill(dst.begin(), dst.end(), 0xee);
+                impl::copy_short(dst.data() + 64 + d_off, src.data() + s_off, length);
+                for (std::size_t i = 0; i < dst.size(); ++i) {
+                    const bool inside = i >= 64 + d_off && i < 64 + d_off + length;
+                    const std::uint8_t expected = inside ? src[s_off + i - 64 - d_off] : 0xee;
+                    ASSERT_EQ(expected, dst[i]) << "length " << length << ", offsets " << s_off << "/" << d_off
+                                                << ", byte " << i;
+                }
+            }
+        }
+    }
+}
+
 /** A pending request that sends one am_short with its sequence number when called. */
 struct ShortRequest : PendingReq {
     Ep* ep = nullptr;
