@@ -84,8 +84,23 @@ LOOM_ALWAYS_INLINE Status send_frame(TcpEp* ep, iovec* iov, std::size_t iovcnt, 
     return tcp_iface(ep)->send_incomplete(ep, iov, static_cast<unsigned>(iovcnt), n, ncopy, comp);
 }
 
+/** Counts a small data frame of @p ep for the congestion control switch (TcpIface::note_bulk). */
+LOOM_ALWAYS_INLINE void small_frame(TcpEp* ep) {
+    if (LOOM_UNLIKELY(ep->flags & kEpBulk)) tcp_iface(ep)->note_small(ep);
+}
+
+/** Counts a data frame of @p length payload bytes: bulk or small. */
+LOOM_ALWAYS_INLINE void data_frame(TcpEp* ep, std::size_t length) {
+    if (LOOM_UNLIKELY(length >= kBulkFrame)) {
+        tcp_iface(ep)->note_bulk(ep);
+    } else {
+        small_frame(ep);
+    }
+}
+
 /** Writes a frame packed in @p desc at @p start (@p total bytes); keeps the rest in desc. */
 LOOM_ALWAYS_INLINE Status send_desc(TcpEp* ep, TxDesc* desc, std::uint8_t* start, std::size_t total) {
+    small_frame(ep);
     if (LOOM_UNLIKELY(ep->state != ConnState::connected)) {
         iovec iov{start, total};
         Status status = tcp_iface(ep)->stage(ep, &iov, 1, total);
@@ -112,6 +127,7 @@ inline constexpr std::size_t kSmallFrame = 512;
 /** Sends @p hdr followed by @p length bytes of @p payload as one frame. */
 template <typename Headers>
 LOOM_ALWAYS_INLINE Status send_with_payload(TcpEp* ep, const Headers& hdr, const void* payload, std::size_t length) {
+    small_frame(ep);
     if (LOOM_LIKELY(length <= kSmallFrame && ep->state == ConnState::connected)) {
         alignas(8) std::uint8_t buf[sizeof(Headers) + kSmallFrame];
         std::memcpy(buf, &hdr, sizeof(hdr));
@@ -164,6 +180,7 @@ Status tcp_am_zcopy(Ep* base, AmId id, const void* header, unsigned header_lengt
         return Status::exceeds_limit;
     }
     if (LOOM_UNLIKELY(!ep->can_send() && !ep->can_stage())) return tcp_iface(ep)->not_ready(ep);
+    data_frame(ep, header_length + payload);
     FrameHeader fh = frame(FrameType::am, id, 0, header_length + payload);
     iovec vec[kMaxTxIov];
     vec[0] = {&fh, sizeof(fh)};
@@ -259,6 +276,7 @@ Status tcp_put_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint64_t
     req->kind = ReqKind::put_ack;
     req->comp = comp;
     req->length = length;
+    data_frame(ep, length);
     PutHeaders hdr{frame(FrameType::put, 0, kFlagAckReq, sizeof(RmaHeader) + length),
                    rma_header(remote_addr, rkey, 0)};
     iovec vec[kMaxTxIov];

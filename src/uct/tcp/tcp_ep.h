@@ -74,6 +74,12 @@ inline constexpr std::size_t kMaxHeaderRoom = 256;
 inline constexpr std::size_t kRxHeadroom = 64;
 /** Largest am_zcopy user header. */
 inline constexpr std::size_t kMaxAmZcopyHeader = 128;
+/** Frames of this many payload bytes or more are bulk transfers (congestion control, see TcpIface::note_bulk). */
+inline constexpr std::size_t kBulkFrame = 128 * 1024;
+/** Small frames in a row after which a bulk connection returns to the system's congestion control. */
+inline constexpr unsigned kBulkLinger = 1024;
+/** Congestion control of bulk transfers on loopback (always offered: reno is built into every kernel). */
+inline constexpr const char* kBulkCongestion = "reno";
 /** Largest RMA transfer (put/get zcopy) in one frame. */
 inline constexpr std::size_t kMaxRmaFrame = 1ull << 30;
 
@@ -93,6 +99,7 @@ enum EpFlags : std::uint8_t {
     kEpFailPending = 1u << 4,  ///< failed; teardown and on_error at the end of progress
     kEpTimed = 1u << 5,        ///< counted in the iface's connecting (timeout-checked) set
     kEpDeferred = 1u << 6,     ///< passive, handshake: the answer waits for our own connection to the peer
+    kEpBulk = 1u << 7,         ///< LOOM_TCP_CONGESTION=auto: switched to the bulk algorithm (TcpIface::note_bulk)
 };
 
 /**

@@ -30,6 +30,7 @@ struct EpCold {
     ucs::Ticks deadline = 0;       ///< connecting/handshake: give up after this
     ucs::Ticks retry_at = 0;       ///< connecting with fd == -1: reconnect at this time
     ucs::Queue<ReplyDesc, &ReplyDesc::link> replies;  ///< replies waiting for tx, in order
+    unsigned small_run = 0;        ///< kEpBulk: small frames written since the last bulk one
 };
 
 class TcpIface final : public Iface {
@@ -93,6 +94,15 @@ public:
     /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
     std::size_t num_connections() const { return conns_.length(); }
 
+    /**
+     * @p ep writes a frame of kBulkFrame bytes or more: with LOOM_TCP_CONGESTION=auto on
+     * loopback, it switches to the bulk congestion control (one setsockopt, once).
+     */
+    LOOM_COLD void note_bulk(TcpEp* ep);
+
+    /** A kEpBulk connection writes a small frame: after kBulkLinger in a row it switches back. */
+    LOOM_COLD void note_small(TcpEp* ep);
+
     /** Registers the epoll events @p ep needs in its state (a system call only when they change). */
     void update_poll(TcpEp* ep);
 
@@ -132,6 +142,7 @@ private:
 
     Status listen(std::uint16_t min_port, std::uint16_t max_port);
     Status choose_congestion();
+    bool set_congestion(TcpEp* ep, const std::string& name);
     Status create_pools();
     Status set_socket_options(int fd, const char* what);
     Status connect_socket(TcpEp* ep);
@@ -183,6 +194,8 @@ private:
     NetDevice device_;
     TcpConfig config_;
     std::string congestion_;  ///< TCP_CONGESTION of every connection; empty: the system default
+    std::string bulk_cc_;     ///< auto on loopback: the algorithm of bulk transfers; empty: no switching
+    std::string default_cc_;  ///< auto on loopback: the system's algorithm, which small messages keep
     std::size_t seg_size_;
     std::size_t max_short_;
     ucs::EventSet epoll_;

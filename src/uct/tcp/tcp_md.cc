@@ -64,11 +64,13 @@ const RegisteredTable<TcpConfig>& make_table() {
             field("NODELAY", "yes", "Disable Nagle's algorithm (TCP_NODELAY): small messages leave at once.",
                   &TcpConfig::nodelay, BoolParser()),
             field("CONGESTION", "auto",
-                  "TCP congestion control of the connections (TCP_CONGESTION). auto: reno on the loopback "
-                  "device, where there is no congestion to control and a pacing default such as bbr keeps only "
-                  "a few segments in flight, costing bandwidth and CPU time per byte; the system default on "
-                  "other devices. system: always the system default. Any other value names an algorithm the "
-                  "kernel offers (net.ipv4.tcp_available_congestion_control; one outside "
+                  "TCP congestion control of the connections (TCP_CONGESTION). auto: on the loopback device a "
+                  "connection that writes bulk data (frames of 128 KiB or more) uses reno, whose unpaced "
+                  "segments cost less CPU per byte there than a pacing default such as bbr, and returns to "
+                  "the system default after 1024 smaller frames in a row (bbr's pacing merges a stream of "
+                  "small messages into fewer segments); other devices keep the system default. system: "
+                  "always the system default. Any other value names the algorithm of every connection, one "
+                  "the kernel offers (net.ipv4.tcp_available_congestion_control; one outside "
                   "net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN).",
                   &TcpConfig::congestion,
                   StringParser("congestion control", "auto, system, or an algorithm name such as reno or cubic",

@@ -175,6 +175,7 @@ bool TcpIface::parse_frames(TcpEp* ep) {
 bool TcpIface::send_reply(TcpEp* ep, FrameType type, Status status, std::uint8_t flags, const void* data,
                           std::size_t length, bool copy_data) {
     FrameHeader fh{kFrameMagic, type, status_to_wire(status), flags, static_cast<std::uint32_t>(length)};
+    if (LOOM_UNLIKELY(length >= kBulkFrame)) note_bulk(ep);  // a get's data (also when queued: it follows)
     if (LOOM_UNLIKELY(ep->tx != nullptr)) return queue_reply(ep, fh, data, length, copy_data);
     iovec iov[2] = {{&fh, sizeof(fh)}, {const_cast<void*>(data), length}};
     std::size_t iovcnt = length ? 2 : 1;

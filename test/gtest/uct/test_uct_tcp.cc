@@ -203,24 +203,37 @@ TEST_F(TcpTest, KeepaliveProbesAreConfigured) {
     }
 }
 
-/** TCP_CONGESTION of this process's sockets whose local (@p local) or remote port is @p port. */
-std::vector<std::string> congestion_of_sockets(std::uint16_t port, bool local) {
-    std::vector<std::string> found;
+/** The fds registered in any epoll set of this process (from /proc/self/fdinfo). */
+std::set<int> fds_in_epoll_sets() {
+    std::set<int> found;
     for (int fd = 0; fd < 4096; ++fd) {
-        sockaddr_in addr{};
-        socklen_t len = sizeof(addr);
-        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
-                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-        if (rc != 0 || addr.sin_family != AF_INET || ntohs(addr.sin_port) != port) continue;
-        sockaddr_in peer{};
-        len = sizeof(peer);
-        if (local && ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) continue;  // the listener
-        char name[16] = {};
-        len = sizeof(name);
-        if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) continue;
-        found.emplace_back(name);
+        char link[64] = {};
+        std::string path = "/proc/self/fd/" + std::to_string(fd);
+        ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
+        if (n <= 0 || std::string(link, static_cast<std::size_t>(n)) != "anon_inode:[eventpoll]") continue;
+        std::ifstream info("/proc/self/fdinfo/" + std::to_string(fd));
+        std::string word;
+        while (info >> word) {
+            int tfd;
+            if (word == "tfd:" && info >> tfd) found.insert(tfd);
+        }
     }
     return found;
+}
+
+/** The fd of this process's socket whose local (@p local) or remote port is @p port, or -1. */
+int socket_with_port(std::uint16_t port, bool local) {
+    for (int fd = 0; fd < 4096; ++fd) {
+        sockaddr_in addr{}, peer{};
+        socklen_t len = sizeof(addr), plen = sizeof(peer);
+        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+        if (rc == 0 && addr.sin_family == AF_INET && ntohs(addr.sin_port) == port &&
+            ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
+            return fd;
+        }
+    }
+    return -1;
 }
 
 /** The kernel's default congestion control (what a fresh socket gets). */
@@ -232,44 +245,101 @@ std::string system_congestion() {
     return name;
 }
 
-TEST_F(TcpTest, CongestionControlIsRenoOnLoopbackUnlessConfigured) {
+/** TCP_CONGESTION of socket @p fd, or "" when it cannot be read. */
+std::string congestion_of(int fd) {
+    char name[16] = {};
+    socklen_t len = sizeof(name) - 1;
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "";
+    return name;
+}
+
+/**
+ * LOOM_TCP_CONGESTION on loopback. auto: a connection keeps the system's algorithm for
+ * small messages, uses reno from its first bulk frame on, and returns to the system's
+ * after kBulkLinger small frames in a row; system: never switches; a name: that one always.
+ */
+TEST_F(TcpTest, CongestionControlFollowsBulkTransfersOnLoopback) {
     Fd probe(::socket(AF_INET, SOCK_STREAM, 0));
     if (::setsockopt(probe.fd, IPPROTO_TCP, TCP_CONGESTION, "reno", 4) != 0) {
         GTEST_SKIP() << "this kernel refuses reno to this process";
     }
     const std::string system = system_congestion();
     ASSERT_FALSE(system.empty());
-    // The default (auto): reno on lo, on both ends of the connection.
-    Ep* ep = sender_->connect_to(*receiver_);
-    ASSERT_TRUE(wait_for([&] {
-        return congestion_of_sockets(receiver_port(), true).size() == 1 &&
-               congestion_of_sockets(receiver_port(), false).size() == 1;
-    }));
-    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), false)) << "connecting side";
-    EXPECT_EQ(std::vector<std::string>{"reno"}, congestion_of_sockets(receiver_port(), true)) << "accepting side";
-    sender_->destroy_ep(ep);
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    std::vector<std::uint8_t> bulk(tcp::kBulkFrame, 7);
 
-    for (auto [value, expected] : {std::pair<const char*, std::string>{"system", system}, {"reno", "reno"}}) {
-        SCOPED_TRACE(value);
+    // One sender iface per setting; returns the congestion control of its socket after
+    // connecting, after one bulk frame, after kBulkLinger - 1 small frames, after one more.
+    auto run = [&](const char* setting) -> std::vector<std::string> {
         IfaceParams params;
-        params.config_overrides = {{"TCP_CONGESTION", value}};
+        params.config_overrides = {{"TCP_CONGESTION", setting}};
         Worker worker;
         auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
-        ASSERT_TRUE(opened.ok());
+        EXPECT_TRUE(opened.ok());
+        if (!opened.ok() || (*opened)->progress_enable() != Status::ok) return {};
         EpParams ep_params;
         ep_params.dev_addr = receiver_->device_address().data();
         ep_params.dev_addr_len = receiver_->device_address().size();
         ep_params.iface_addr = receiver_->iface_address().data();
         ep_params.iface_addr_len = receiver_->iface_address().size();
         auto created = (*opened)->ep_create(ep_params);
-        ASSERT_TRUE(created.ok());
-        ASSERT_TRUE(wait_for([&] {
+        EXPECT_TRUE(created.ok());
+        if (!created.ok()) return {};
+        Ep* ep = *created;
+        const std::size_t before = got.messages.size();
+        std::size_t sent = 0;
+        auto all = [&] {
+            progress();
             worker.progress();
-            return !congestion_of_sockets(receiver_port(), false).empty();
-        }));
-        EXPECT_EQ(std::vector<std::string>{expected}, congestion_of_sockets(receiver_port(), false));
-        (*opened)->ep_destroy(*created);
-    }
+        };
+        auto send_small = [&] {
+            ++sent;
+            auto deadline = std::chrono::steady_clock::now() + 10s;
+            while (ep_am_short(ep, kAmId, sent, nullptr, 0) != Status::ok) {
+                if (std::chrono::steady_clock::now() > deadline) return false;
+                all();
+            }
+            return true;
+        };
+        auto delivered = [&] {
+            auto deadline = std::chrono::steady_clock::now() + 10s;
+            while (got.messages.size() != before + sent) {
+                if (std::chrono::steady_clock::now() > deadline) return false;
+                all();
+            }
+            return true;
+        };
+        std::vector<std::string> seen;
+        EXPECT_TRUE(send_small() && delivered());
+        const int fd = socket_with_port(receiver_port(), false);
+        EXPECT_GE(fd, 0);
+        seen.push_back(congestion_of(fd));
+        Iov iov{bulk.data(), bulk.size(), kMemHNull};
+        CountingCompletion comp;
+        Status s;
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while ((s = ep_am_zcopy(ep, kAmId, nullptr, 0, &iov, 1, 0, &comp)) == Status::no_resource &&
+               std::chrono::steady_clock::now() < deadline) {
+            all();
+        }
+        EXPECT_TRUE(s == Status::ok || s == Status::in_progress) << to_string(s);
+        ++sent;
+        EXPECT_TRUE(delivered());
+        seen.push_back(congestion_of(fd));
+        for (unsigned i = 0; i + 1 < tcp::kBulkLinger; ++i) EXPECT_TRUE(send_small());
+        seen.push_back(congestion_of(fd));
+        EXPECT_TRUE(send_small() && delivered());
+        seen.push_back(congestion_of(fd));
+        (*opened)->ep_destroy(ep);
+        return seen;
+    };
+
+    EXPECT_EQ((std::vector<std::string>{system, system == "reno" ? system : "reno", system == "reno" ? system : "reno",
+                                        system}),
+              run("auto"));
+    EXPECT_EQ((std::vector<std::string>{system, system, system, system}), run("system"));
+    EXPECT_EQ((std::vector<std::string>{"reno", "reno", "reno", "reno"}), run("reno"));
 
     // A name the kernel does not know, or one that cannot name an algorithm: refused at open.
     for (const char* value : {"no-such-cc", "Bad Name"}) {
@@ -772,39 +842,6 @@ TEST_F(TcpTest, EventFdSignalsIncomingMessages) {
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 1, nullptr, 0));
     EXPECT_EQ(1, ::poll(&pfd, 1, 5000)) << "a message arrived: the fd must wake a blocked waiter";
     ASSERT_TRUE(wait_for([&] { return got.messages.size() == 2; }));
-}
-
-/** The fds registered in any epoll set of this process (from /proc/self/fdinfo). */
-std::set<int> fds_in_epoll_sets() {
-    std::set<int> found;
-    for (int fd = 0; fd < 4096; ++fd) {
-        char link[64] = {};
-        std::string path = "/proc/self/fd/" + std::to_string(fd);
-        ssize_t n = ::readlink(path.c_str(), link, sizeof(link) - 1);
-        if (n <= 0 || std::string(link, static_cast<std::size_t>(n)) != "anon_inode:[eventpoll]") continue;
-        std::ifstream info("/proc/self/fdinfo/" + std::to_string(fd));
-        std::string word;
-        while (info >> word) {
-            int tfd;
-            if (word == "tfd:" && info >> tfd) found.insert(tfd);
-        }
-    }
-    return found;
-}
-
-/** The fd of this process's socket whose local (@p local) or remote port is @p port, or -1. */
-int socket_with_port(std::uint16_t port, bool local) {
-    for (int fd = 0; fd < 4096; ++fd) {
-        sockaddr_in addr{}, peer{};
-        socklen_t len = sizeof(addr), plen = sizeof(peer);
-        int rc = local ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len)
-                       : ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-        if (rc == 0 && addr.sin_family == AF_INET && ntohs(addr.sin_port) == port &&
-            ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0) {
-            return fd;
-        }
-    }
-    return -1;
 }
 
 /**
