@@ -2,10 +2,11 @@
  * tcp iface: listening socket, connection establishment, progress, failures, pending
  * dispatch and flush.
  *
- * Progress does one epoll_wait(0) over the listening socket and every connection and
- * handles what is ready: new connections are accepted, connecting sockets finish their
- * handshake, writable sockets continue their partial frame, readable ones are read and
- * their frames executed (tcp_rx.cc). Work that is rare (failures, connection timers,
+ * Progress does one epoll_wait(0) over the listening socket and every connection (or,
+ * with a single idle connection, one recv() on it: see update_hot) and handles what is
+ * ready: new connections are accepted, connecting sockets finish their handshake,
+ * writable sockets continue their partial frame, readable ones are read and their frames
+ * executed (tcp_rx.cc). Work that is rare (failures, connection timers,
  * pending requests, freeing endpoints destroyed from callbacks) runs only when flagged,
  * so an idle progress costs the one system call.
  *
@@ -419,7 +420,7 @@ Result<int> TcpIface::event_fd() {
 }
 
 Status TcpIface::event_arm() {
-    // (event_fd() was called before: every connection is in the set.)
+    // As event_fd(): whoever arms will sleep on the fd, which must see every connection.
     keep_polled_ = true;
     if (hot_ != nullptr && (hot_->flags & kEpUnpolled)) repoll(hot_);
     // The epoll set is level-triggered and parse_frames() consumes every whole frame it
