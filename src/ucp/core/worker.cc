@@ -1,6 +1,7 @@
 #include "ucp/core/worker.h"
 
 #include "ucp/core/listener.h"
+#include "ucp/core/packed.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
 #include "ucp/tag/rndv_thresh.h"
@@ -338,67 +339,33 @@ namespace {
 constexpr std::uint8_t kAddressMagic = 'L';
 constexpr std::size_t kAddressHeader = 16;
 
-template <typename T>
-void put(std::vector<std::uint8_t>& out, T value) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
-    out.insert(out.end(), p, p + sizeof(T));
-}
-
-struct Reader {
-    const std::uint8_t* p;
-    std::size_t left;
-    bool ok = true;
-    template <typename T>
-    T get() {
-        T value{};
-        if (left < sizeof(T)) {
-            ok = false;
-            return value;
-        }
-        std::memcpy(&value, p, sizeof(T));
-        p += sizeof(T);
-        left -= sizeof(T);
-        return value;
-    }
-    std::vector<std::uint8_t> bytes(std::size_t n) {
-        if (left < n) {
-            ok = false;
-            return {};
-        }
-        std::vector<std::uint8_t> v(p, p + n);
-        p += n;
-        left -= n;
-        return v;
-    }
-};
-
 }  // namespace
 
 std::vector<std::uint8_t> Worker::pack_address() const {
     std::vector<std::uint8_t> out;
-    put<std::uint8_t>(out, kAddressMagic);
-    put<std::uint8_t>(out, kAddressVersion);
-    put<std::uint8_t>(out, static_cast<std::uint8_t>(ifaces.size()));
-    put<std::uint8_t>(out, 0);
-    put<std::uint32_t>(out, 0);  // total length, set below
-    put<std::uint64_t>(out, uuid);
+    pack_put<std::uint8_t>(out, kAddressMagic);
+    pack_put<std::uint8_t>(out, kAddressVersion);
+    pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(ifaces.size()));
+    pack_put<std::uint8_t>(out, 0);
+    pack_put<std::uint32_t>(out, 0);  // total length, set below
+    pack_put<std::uint64_t>(out, uuid);
     for (const WorkerIface& wi : ifaces) {
         const std::string& name = wi.rsc->tl.tl_name;
-        put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
+        pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
         out.insert(out.end(), name.begin(), name.end());
-        put<std::uint8_t>(out, static_cast<std::uint8_t>(wi.rsc->tl.dev_type));
-        put<std::uint64_t>(out, wi.attr.cap_flags | (wi.rsc->aux_only ? kAddrCapAuxOnly : 0));
-        put<float>(out, static_cast<float>(wi.attr.latency.c));
-        put<float>(out, static_cast<float>(wi.attr.bandwidth_dedicated));
-        put<float>(out, static_cast<float>(wi.attr.overhead));
-        put<std::uint8_t>(out, wi.attr.priority);
-        put<std::uint8_t>(out, wi.rsc->md_index);
+        pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(wi.rsc->tl.dev_type));
+        pack_put<std::uint64_t>(out, wi.attr.cap_flags | (wi.rsc->aux_only ? kAddrCapAuxOnly : 0));
+        pack_put<float>(out, static_cast<float>(wi.attr.latency.c));
+        pack_put<float>(out, static_cast<float>(wi.attr.bandwidth_dedicated));
+        pack_put<float>(out, static_cast<float>(wi.attr.overhead));
+        pack_put<std::uint8_t>(out, wi.attr.priority);
+        pack_put<std::uint8_t>(out, wi.rsc->md_index);
         std::vector<std::uint8_t> dev(wi.attr.device_addr_len), ifa(wi.attr.iface_addr_len);
         if (!dev.empty()) (void)wi.iface->get_device_address(dev.data());
         if (!ifa.empty()) (void)wi.iface->get_address(ifa.data());
-        put<std::uint16_t>(out, static_cast<std::uint16_t>(dev.size()));
+        pack_put<std::uint16_t>(out, static_cast<std::uint16_t>(dev.size()));
         out.insert(out.end(), dev.begin(), dev.end());
-        put<std::uint16_t>(out, static_cast<std::uint16_t>(ifa.size()));
+        pack_put<std::uint16_t>(out, static_cast<std::uint16_t>(ifa.size()));
         out.insert(out.end(), ifa.begin(), ifa.end());
     }
     const auto total = static_cast<std::uint32_t>(out.size());
@@ -411,7 +378,7 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
         LOOM_LOG_ERROR("ucp: worker address is missing or shorter than its {}-byte header", kAddressHeader);
         return Status::invalid_address;
     }
-    Reader r{static_cast<const std::uint8_t*>(data), kAddressHeader};
+    PackedReader r{static_cast<const std::uint8_t*>(data), kAddressHeader};
     const auto magic = r.get<std::uint8_t>();
     const auto version = r.get<std::uint8_t>();
     const auto num = r.get<std::uint8_t>();
@@ -431,10 +398,10 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
         LOOM_LOG_ERROR("ucp: worker address claims {} bytes, {} available", total, max_length);
         return Status::invalid_address;
     }
-    r = Reader{static_cast<const std::uint8_t*>(data) + kAddressHeader, total - kAddressHeader};
+    r = PackedReader{static_cast<const std::uint8_t*>(data) + kAddressHeader, total - kAddressHeader};
     for (unsigned i = 0; i < num && r.ok; ++i) {
         RemoteIface ri;
-        auto name = r.bytes(r.get<std::uint8_t>());
+        auto name = r.copy(r.get<std::uint8_t>());
         ri.tl_name.assign(name.begin(), name.end());
         const auto type = r.get<std::uint8_t>();
         if (type > static_cast<std::uint8_t>(uct::DeviceType::self)) r.ok = false;
@@ -445,8 +412,8 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
         ri.overhead = r.get<float>();
         ri.priority = r.get<std::uint8_t>();
         ri.md_index = r.get<std::uint8_t>();
-        ri.dev_addr = r.bytes(r.get<std::uint16_t>());
-        ri.iface_addr = r.bytes(r.get<std::uint16_t>());
+        ri.dev_addr = r.copy(r.get<std::uint16_t>());
+        ri.iface_addr = r.copy(r.get<std::uint16_t>());
         addr.ifaces.push_back(std::move(ri));
     }
     if (!r.ok || r.left != 0) {

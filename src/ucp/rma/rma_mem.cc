@@ -22,6 +22,7 @@
  */
 #include "ucp/rma/rma.h"
 
+#include "ucp/core/packed.h"
 #include "ucp/core/ucp_log.h"
 
 #include <sys/mman.h>
@@ -60,53 +61,6 @@ void deregister(Mem& mem) {
         }
     }
 }
-
-template <typename T>
-void put(std::vector<std::uint8_t>& out, T value) {
-    const auto* p = reinterpret_cast<const std::uint8_t*>(&value);
-    out.insert(out.end(), p, p + sizeof(T));
-}
-
-void put_string(std::vector<std::uint8_t>& out, const std::string& text) {
-    const std::size_t n = std::min<std::size_t>(text.size(), 255);
-    out.push_back(static_cast<std::uint8_t>(n));
-    out.insert(out.end(), text.begin(), text.begin() + static_cast<long>(n));
-}
-
-/** Bounds-checked reading of a packed key. */
-struct Reader {
-    const std::uint8_t* p;
-    std::size_t left;
-    bool ok = true;
-
-    template <typename T>
-    T get() {
-        T value{};
-        if (left < sizeof(T)) {
-            ok = false;
-            return value;
-        }
-        std::memcpy(&value, p, sizeof(T));
-        p += sizeof(T);
-        left -= sizeof(T);
-        return value;
-    }
-    const std::uint8_t* bytes(std::size_t n) {
-        if (left < n) {
-            ok = false;
-            return nullptr;
-        }
-        const std::uint8_t* b = p;
-        p += n;
-        left -= n;
-        return b;
-    }
-    std::string_view text() {
-        const std::size_t n = get<std::uint8_t>();
-        const std::uint8_t* b = bytes(n);
-        return b == nullptr ? std::string_view() : std::string_view(reinterpret_cast<const char*>(b), n);
-    }
-};
 
 }  // namespace
 
@@ -182,9 +136,9 @@ std::vector<std::uint8_t> rkey_pack(const Mem& mem) {
     out.push_back(static_cast<std::uint8_t>(
         mem.access & (uct::kAccessRemotePut | uct::kAccessRemoteGet | uct::kAccessRemoteAtomic)));
     out.push_back(0);
-    put<std::uint32_t>(out, 0);  // total length, set below
-    put<std::uint64_t>(out, reinterpret_cast<std::uintptr_t>(mem.address));
-    put<std::uint64_t>(out, mem.length);
+    pack_put<std::uint32_t>(out, 0);  // total length, set below
+    pack_put<std::uint64_t>(out, reinterpret_cast<std::uintptr_t>(mem.address));
+    pack_put<std::uint64_t>(out, mem.length);
     std::uint8_t entries = 0;
     std::vector<std::uint8_t> key;
     for (const MemReg& r : mem.regs) {
@@ -199,10 +153,10 @@ std::vector<std::uint8_t> rkey_pack(const Mem& mem) {
                 continue;
             }
         }
-        put_string(out, r.rsc->component->name());
-        put_string(out, r.md->name());
-        put<std::uint8_t>(out, r.rsc->md_index);
-        put<std::uint16_t>(out, static_cast<std::uint16_t>(key.size()));
+        pack_put_string(out, r.rsc->component->name());
+        pack_put_string(out, r.md->name());
+        pack_put<std::uint8_t>(out, r.rsc->md_index);
+        pack_put<std::uint16_t>(out, static_cast<std::uint16_t>(key.size()));
         out.insert(out.end(), key.begin(), key.end());
         ++entries;
     }
@@ -219,7 +173,7 @@ Result<RmaRkey*> rkey_unpack(Ep* ep, const void* data, std::size_t length) {
         LOOM_LOG_ERROR("ucp: rkey_unpack: the context was created without LOOM_FEATURE_RMA, AMO32 or AMO64");
         return Status::unsupported;
     }
-    Reader r{static_cast<const std::uint8_t*>(data), length};
+    PackedReader r{static_cast<const std::uint8_t*>(data), length};
     const auto version = r.get<std::uint8_t>();
     const auto entries = r.get<std::uint8_t>();
     const auto access = r.get<std::uint8_t>();
