@@ -5,6 +5,7 @@
 
 #include "ucs/debug/log.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -354,6 +355,11 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
         if (reason) *reason = std::move(why);
         return Status::unreachable;
     };
+    // The first touch of the ring is a write (one that changes nothing): a read fault would
+    // make the kernel map up to 64 KiB of the ring around the page (fault-around), resident
+    // memory charged to every endpoint, while a write fault maps just the page. Our own
+    // senders write the cells they use, so only touched pages get mapped.
+    if (mapping->size() >= sizeof(FifoCtl)) fifo->state.fetch_add(0, std::memory_order_relaxed);
     if (mapping->size() < sizeof(FifoCtl) || fifo->magic != kFifoMagic ||
         fifo->layout_version != kFifoLayoutVersion || fifo->cookie != seg.cookie ||
         fifo->owner_pid != seg.pid) {
@@ -373,6 +379,19 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     peer->mapping = std::move(*mapping);
     peer->same_process = seg.pid == static_cast<std::uint32_t>(this_process().pid);
     if (!peer->same_process) {
+        // Another interface of the same process (a job's peers often run several workers)
+        // already has a pidfd checked against the start time: share the process, and skip
+        // reading /proc/<pid>/stat, the dearest step of an endpoint's creation.
+        for (auto it = peers_.lower_bound({seg.pid, 0}); it != peers_.end() && it->first.first == seg.pid; ++it) {
+            const Peer& other = *it->second;
+            if (other.pidfd >= 0 && other.failure == Status::ok && other.seg.start_time == seg.start_time &&
+                seg.start_time != 0) {
+                peer->pidfd = ::fcntl(other.pidfd, F_DUPFD_CLOEXEC, 0);
+                if (peer->pidfd >= 0) break;
+            }
+        }
+    }
+    if (!peer->same_process && peer->pidfd < 0) {
         peer->pidfd = pidfd_open(static_cast<pid_t>(seg.pid));
         if (peer->pidfd < 0 && errno == ESRCH) return fail("process " + std::to_string(seg.pid) + " is gone");
         // The pid may have been reused since the address was made: the pidfd must name the owner.

@@ -110,9 +110,18 @@ struct TxDesc {
     iovec iov[kMaxTxIov];
     std::uint8_t iovcnt;
     std::uint8_t iov_pos;
+    bool small;        ///< from the small staging pool: kSmallStageBytes of data
     Completion* comp;  ///< am_zcopy: completed when the last byte is written
-    alignas(16) std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes
+    alignas(16) std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes (kSmallStageBytes when small)
 };
+
+/**
+ * Frames staged before a connection is up start in a buffer of this many bytes, and move
+ * to a whole segment's only when more is staged: every endpoint stages its wire-up
+ * message, and a job that connects to a thousand peers at once would otherwise touch a
+ * page of a 64 KiB buffer per peer, kept by the pool ever after.
+ */
+inline constexpr std::size_t kSmallStageBytes = 512;
 
 /** What an outstanding request waits for. */
 enum class ReqKind : std::uint8_t { put_ack, get_bcopy, get_zcopy, atomic, flush_remote, flush_local };
@@ -158,7 +167,12 @@ struct RxState {
     std::uint8_t* large;      ///< direct am: the buffer the message is received into
     std::uint64_t remaining;  ///< direct/discard: payload bytes still to come
     iovec seg[kMaxIov];       ///< direct: where the payload goes
-    alignas(16) std::uint8_t data[];  ///< TcpIface::rx_size() bytes
+    /**
+     * TcpIface::rx_size() bytes of frames, or nullptr: a connection holds a buffer only
+     * while it reads (UCX does the same), so a thousand idle connections do not keep a
+     * thousand segments resident; the pool hands the last one returned out again.
+     */
+    std::uint8_t* data;
 };
 
 enum RxMode : std::uint8_t { kRxFrames = 0, kRxDirect = 1, kRxDiscard = 2 };

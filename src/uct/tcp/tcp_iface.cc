@@ -171,15 +171,25 @@ Status TcpIface::create_pools() {
     req.elems_per_chunk = 128;
     ucs::MemPoolParams rx;
     rx.name = "tcp_rx";
-    rx.elem_size = sizeof(RxState) + rx_size();
+    rx.elem_size = sizeof(RxState);
     rx.alignment = kCacheLineSize;
-    rx.elems_per_chunk = 2;
+    rx.elems_per_chunk = 64;
+    ucs::MemPoolParams tx_small;
+    tx_small.name = "tcp_tx_small";
+    tx_small.elem_size = sizeof(TxDesc) + kSmallStageBytes;
+    tx_small.alignment = kCacheLineSize;
+    tx_small.elems_per_chunk = 64;
+    ucs::MemPoolParams rx_buf;
+    rx_buf.name = "tcp_rx_buf";
+    rx_buf.elem_size = rx_size();
+    rx_buf.alignment = kCacheLineSize;
+    rx_buf.elems_per_chunk = 2;
     ucs::MemPoolParams reply;
     reply.name = "tcp_reply";
     reply.elem_size = sizeof(ReplyDesc);
     reply.elems_per_chunk = 128;
     for (auto [pool, params] :
-         {std::pair{&tx_pool_, &tx}, {&req_pool_, &req}, {&rx_pool_, &rx}, {&reply_pool_, &reply}}) {
+         {std::pair{&tx_pool_, &tx}, {&tx_small_pool_, &tx_small}, {&req_pool_, &req}, {&rx_pool_, &rx}, {&rx_buf_pool_, &rx_buf}, {&reply_pool_, &reply}}) {
         if (Status s = pool->init(std::move(*params)); s != Status::ok) return s;
     }
     return Status::ok;
@@ -571,7 +581,7 @@ Result<Ep*> TcpIface::ep_create(const EpParams& params) {
     ep->fd = -1;
     ep->state = ConnState::connecting;
     ep->rx = rx;
-    std::memset(rx, 0, sizeof(*rx));
+    *rx = RxState{};
     ep->cold = new EpCold{};
     ep->cold->on_error = params.on_error;
     ep->cold->on_error_arg = params.on_error_arg;
@@ -683,7 +693,7 @@ void TcpIface::accept_connections() {
             ::close(fd);
             continue;
         }
-        std::memset(rx, 0, sizeof(*rx));
+        *rx = RxState{};
         (void)set_socket_options(fd, "accepted");
         auto* ep = new TcpEp{};
         ep->iface = this;
@@ -708,6 +718,7 @@ void TcpIface::accept_connections() {
 
 /** Reads the handshake bytes still missing into rx->data; false while incomplete (or failed). */
 static bool read_exact(TcpIface* iface, TcpEp* ep, std::size_t size) {
+    if (!iface->rx_hold_buffer(ep)) return false;
     RxState* rx = ep->rx;
     ssize_t n = ::recv(ep->fd, rx->data + rx->length, size - rx->length, MSG_DONTWAIT);
     if (n > 0) {
@@ -738,6 +749,7 @@ void TcpIface::on_conn_request(TcpEp* ep) {
     ConnRequest req;
     std::memcpy(&req, ep->rx->data, sizeof(req));
     ep->rx->length = 0;
+    rx_release_if_idle(ep);
     Status verdict = Status::ok;
     if (req.magic != kHandshakeMagic) {
         LOOM_LOG_WARN("tcp/{}: closing the connection from {}: not a Loom tcp handshake (magic {:#010x})",
@@ -819,7 +831,8 @@ void TcpIface::adopt(TcpEp* user, TcpEp* accepted) {
         fail(user, Status::io_error);
     }
     user->rx->length = 0;  // a half-read answer to our own handshake is moot
-    rx_pool_.put(accepted->rx);
+    rx_release_if_idle(user);
+    free_rx(accepted->rx);
     accepted->rx = nullptr;
     user->cold->peer = accepted->cold->peer;
     accepted->flags |= kEpDestroyed;
@@ -848,6 +861,7 @@ void TcpIface::on_conn_reply(TcpEp* ep) {
     ConnReply reply;
     std::memcpy(&reply, ep->rx->data, sizeof(reply));
     ep->rx->length = 0;
+    rx_release_if_idle(ep);
     if (reply.magic != kHandshakeMagic || reply.source_cookie != cookie_) {
         LOOM_LOG_WARN("tcp/{}: {} answered the handshake with garbage (magic {:#010x})", device_.name,
                       peer_name(ep), reply.magic);
@@ -1113,8 +1127,11 @@ Status TcpIface::send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* sta
 Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total) {
     TxDesc* desc = ep->tx;
     if (desc == nullptr) {
-        desc = get_tx_desc();
-        if (desc == nullptr) return Status::no_resource;
+        if (total <= kSmallStageBytes && (desc = static_cast<TxDesc*>(tx_small_pool_.get())) != nullptr) {
+            desc->small = true;
+        } else if ((desc = get_tx_desc()) == nullptr) {
+            return Status::no_resource;
+        }
         desc->iov[0] = {desc->data, 0};
         desc->iovcnt = 1;
         desc->iov_pos = 0;
@@ -1122,6 +1139,18 @@ Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::siz
         ep->tx = desc;
     }
     std::size_t used = desc->iov[0].iov_len;
+    if (desc->small && used + total > kSmallStageBytes && used + total <= kMaxHeaderRoom + seg_size_) {
+        // Outgrew the small buffer: move what is staged to a whole segment's.
+        TxDesc* large = get_tx_desc();
+        if (large == nullptr) return Status::no_resource;
+        std::memcpy(large->data, desc->data, used);
+        large->iov[0] = {large->data, used};
+        large->iovcnt = 1;
+        large->iov_pos = 0;
+        large->comp = nullptr;
+        put_tx_desc(desc);
+        ep->tx = desc = large;
+    }
     if (used + total > kMaxHeaderRoom + seg_size_) {
         if (used == 0) {
             ep->tx = nullptr;
@@ -1262,10 +1291,26 @@ void TcpIface::ep_destroy(Ep* base) {
 void TcpIface::free_ep(TcpEp* ep) {
     if (ep->rx != nullptr) {
         if (ep->rx->mode == kRxDirect && ep->rx->frame == FrameType::am) put_large_buffer(ep->rx->large);
-        rx_pool_.put(ep->rx);
+        free_rx(ep->rx);
     }
     delete ep->cold;
     delete ep;
+}
+
+void TcpIface::free_rx(RxState* rx) {
+    if (rx->data != nullptr) rx_buf_pool_.put(rx->data);
+    rx_pool_.put(rx);
+}
+
+bool TcpIface::rx_hold_buffer(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    if (LOOM_LIKELY(rx->data != nullptr)) return true;
+    rx->data = static_cast<std::uint8_t*>(rx_buf_pool_.get());
+    if (LOOM_LIKELY(rx->data != nullptr)) return true;
+    LOOM_LOG_ERROR("tcp/{}: no memory for a receive buffer: closing the connection to {}", device_.name,
+                   peer_name(ep));
+    fail(ep, Status::no_memory);
+    return false;
 }
 
 // --- pending requests and flush ------------------------------------------------------------------

@@ -91,8 +91,22 @@ public:
     /** Reads and handles what arrived on @p ep; true when something was read. */
     bool rx_progress(TcpEp* ep);
 
+    /**
+     * Gives @p ep's connection a receive buffer if it has none; false (the connection
+     * failed with no_memory, logged) when none can be had.
+     */
+    bool rx_hold_buffer(TcpEp* ep);
+    /** Returns @p ep's receive buffer to the pool when nothing in it is left to parse. */
+    void rx_release_if_idle(TcpEp* ep);
+    /** rx_progress's reads, with a buffer held: true when something was received. */
+    bool rx_read(TcpEp* ep);
+
     /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
     std::size_t num_connections() const { return conns_.length(); }
+    /** Receive buffers ever allocated (each a segment), for tests and diagnostics. */
+    std::size_t num_rx_buffers() const { return rx_buf_pool_.num_elems(); }
+    /** Segment-sized send buffers ever allocated, for tests and diagnostics. */
+    std::size_t num_tx_buffers() const { return tx_pool_.num_elems(); }
 
     /**
      * @p ep writes a frame of kBulkFrame bytes or more: with LOOM_TCP_CONGESTION=auto on
@@ -106,8 +120,12 @@ public:
     /** Registers the epoll events @p ep needs in its state (a system call only when they change). */
     void update_poll(TcpEp* ep);
 
-    TxDesc* get_tx_desc() { return static_cast<TxDesc*>(tx_pool_.get()); }
-    void put_tx_desc(TxDesc* desc) { tx_pool_.put(desc); }
+    TxDesc* get_tx_desc() {
+        auto* desc = static_cast<TxDesc*>(tx_pool_.get());
+        if (desc != nullptr) desc->small = false;
+        return desc;
+    }
+    void put_tx_desc(TxDesc* desc) { (desc->small ? tx_small_pool_ : tx_pool_).put(desc); }
     ReqDesc* get_req_desc() { return static_cast<ReqDesc*>(req_pool_.get()); }
     void put_req_desc(ReqDesc* desc) { req_pool_.put(desc); }
 
@@ -165,6 +183,8 @@ private:
     unsigned process_failures();
     void teardown(TcpEp* ep, Status status);
     void free_ep(TcpEp* ep);
+    /** Returns @p rx and the buffer it holds, if any, to their pools. */
+    void free_rx(RxState* rx);
     unsigned dispatch_pending();
     void untime(TcpEp* ep);
     void update_hot();
@@ -203,8 +223,10 @@ private:
     sockaddr_in listen_addr_{};
     std::uint64_t cookie_ = 0;
     ucs::MemPool tx_pool_;
+    ucs::MemPool tx_small_pool_;  ///< TxDesc with kSmallStageBytes of data, for staging (stage())
     ucs::MemPool req_pool_;
-    ucs::MemPool rx_pool_;
+    ucs::MemPool rx_pool_;      ///< RxState, one per connection
+    ucs::MemPool rx_buf_pool_;  ///< RxState::data, held while a connection reads
     ucs::MemPool reply_pool_;
     ucs::List<TcpEp, &TcpEp::conn_link> conns_;
     ucs::List<TcpEp, &TcpEp::conn_link> zombies_;

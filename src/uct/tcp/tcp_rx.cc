@@ -73,6 +73,21 @@ T apply_atomic(AtomicOp op, T* addr, T value, T compare) {
 }  // namespace
 
 bool TcpIface::rx_progress(TcpEp* ep) {
+    if (LOOM_UNLIKELY(ep->rx->data == nullptr) && !rx_hold_buffer(ep)) return true;
+    bool more = rx_read(ep);
+    rx_release_if_idle(ep);  // (ep is still allocated: endpoints are freed only outside progress)
+    return more;
+}
+
+void TcpIface::rx_release_if_idle(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    if (rx != nullptr && rx->data != nullptr && rx->length == 0 && rx->mode == kRxFrames) {
+        rx_buf_pool_.put(rx->data);  // nothing half-read is left: the next connection that reads takes it
+        rx->data = nullptr;
+    }
+}
+
+bool TcpIface::rx_read(TcpEp* ep) {
     RxState* rx = ep->rx;
     for (unsigned i = 0; i < kMaxReadsPerEvent; ++i) {
         if (rx->mode != kRxFrames) {

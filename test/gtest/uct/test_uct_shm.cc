@@ -22,6 +22,7 @@
 #include <cinttypes>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -146,6 +147,33 @@ TEST(ShmFifo, CapacityIsThePowerOfTwoOfCellsAbove) {
     ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
     ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 8192u; }));
     EXPECT_EQ(Status::ok, ep_am_short(ep, kAmId, 0, nullptr, 0));  // room again
+}
+
+/** Resident shared-memory pages mapped by this process (RssShmem), in bytes. */
+std::size_t rss_shmem() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("RssShmem:", 0) == 0) return std::stoul(line.substr(9)) * 1024;
+    }
+    return 0;
+}
+
+TEST(ShmFifo, AttachingToAPeerDoesNotMapItsWholeRing) {
+    // Every endpoint maps its peer's ring; mapping it populated cost each endpoint the ring's
+    // size in page-table-backed resident memory (and tens of microseconds), however little
+    // it sent, and a first touch by a read made the kernel map 64 KiB around it. Only the
+    // pages touched are mapped now, the first of them by a write.
+    ShmSide receiver({{"SHM_FIFO_SIZE", "16m"}});
+    ShmSide sender;
+    std::size_t before = rss_shmem();
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 1, nullptr, 0));
+    std::size_t grown = rss_shmem() - before;
+    EXPECT_LT(grown, 32u << 10) << "bytes of the peer's 16 MiB ring mapped by one message";
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1u; }));
 }
 
 TEST(ShmFifo, WrapAroundKeepsOrderAndDataForEveryFlavour) {

@@ -661,6 +661,34 @@ TEST(ShmPeerFailure, IdleEndpointFailsWhenThePeerIsKilled) {
     EXPECT_EQ(1, error.calls);
 }
 
+TEST(ShmPeerFailure, EndpointsToTwoIfacesOfOneProcessBothNoticeItsDeath) {
+    // The second interface of a process shares the first one's checked process handle
+    // (attach_peer): both endpoints must still fail when that process dies.
+    ForkedPeer child([](Channel& ch) {
+        ShmSide one, two;
+        ch.send(one.address());
+        ch.send(two.address());
+        (void)ch.recv(60s);
+        return 0;
+    });
+    ShmSide side({{"SHM_PEER_CHECK_INTERVAL", "2ms"}});
+    auto first = child.channel().recv();
+    auto second = child.channel().recv();
+    ASSERT_TRUE(first && second);
+    ErrorRecord errors;
+    auto ep1 = side.connect(*first, ErrorRecord::on_error, &errors);
+    auto ep2 = side.connect(*second, ErrorRecord::on_error, &errors);
+    ASSERT_TRUE(ep1.ok() && ep2.ok());
+    ASSERT_EQ(Status::ok, ep_am_short(*ep1, kAmId, 1, nullptr, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(*ep2, kAmId, 2, nullptr, 0));
+    loom::test::LogCapture capture("error");
+    child.kill(SIGKILL);
+    EXPECT_EQ(-SIGKILL, child.wait());
+    ASSERT_TRUE(side.progress_until([&] { return errors.calls == 2; }, 10s)) << "a death went unnoticed";
+    EXPECT_EQ(Status::endpoint_failure, ep_am_short(*ep1, kAmId, 3, nullptr, 0));
+    EXPECT_EQ(Status::endpoint_failure, ep_am_short(*ep2, kAmId, 3, nullptr, 0));
+}
+
 TEST(ShmPeerFailure, FullFifoWithPendingRequestsFailsWhenThePeerIsKilled) {
     ForkedPeer child(idle_peer);
     // A long period: the detection must come from the full FIFO, not from the periodic check.

@@ -1020,5 +1020,39 @@ TEST_F(TcpTest, SecondEndpointToTheSamePeerGetsItsOwnConnection) {
     EXPECT_EQ(2u, connections(*receiver_));
 }
 
+/**
+ * Memory per connection: an idle connection holds no receive buffer and a staged wire-up
+ * sized message no segment-sized send buffer, so a process connected to many peers does
+ * not keep a segment (64 KiB) per peer.
+ */
+TEST_F(TcpTest, ManyConnectionsShareAFewSegmentBuffers) {
+    constexpr std::size_t kConns = 48;
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    std::vector<Ep*> eps;
+    std::array<std::uint8_t, 200> payload{};  // about a worker address: staged while connecting
+    for (std::size_t i = 0; i < kConns; ++i) {
+        eps.push_back(sender_->connect_to(*receiver_));
+        payload[0] = static_cast<std::uint8_t>(i);
+        ASSERT_EQ(Status::ok, ep_am_short(eps.back(), kAmId, i, payload.data(), payload.size()));
+    }
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == kConns; }));
+    spin(100);
+    ASSERT_EQ(kConns, connections(*sender_));
+    ASSERT_EQ(kConns, connections(*receiver_));
+    auto* send_iface = dynamic_cast<tcp::TcpIface*>(&sender_->iface());
+    auto* recv_iface = dynamic_cast<tcp::TcpIface*>(&receiver_->iface());
+    ASSERT_NE(nullptr, send_iface);
+    ASSERT_NE(nullptr, recv_iface);
+    // A pool chunk holds two buffers; a handful covers what is read or written at one time.
+    EXPECT_LE(recv_iface->num_rx_buffers(), 4u);
+    EXPECT_LE(send_iface->num_rx_buffers(), 4u);
+    EXPECT_LE(send_iface->num_tx_buffers(), 4u);
+    // And the connections still work both ways, the buffers taken again as needed.
+    for (std::size_t i = 0; i < kConns; ++i) ASSERT_EQ(Status::ok, ep_am_short(eps[i], kAmId, i, nullptr, 0));
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 2 * kConns; }));
+    EXPECT_LE(recv_iface->num_rx_buffers(), 4u);
+}
+
 }  // namespace
 }  // namespace loom::uct::test
