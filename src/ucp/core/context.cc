@@ -55,6 +55,12 @@ const RegisteredTable<ContextConfig> g_table{
         field("TAG_BUCKETS", "1k",
               "Hash buckets of each worker's expected and unexpected tag queues (a power of two).",
               &ContextConfig::tag_buckets, SizeParser()),
+        field("WIREUP_TIMEOUT", "30s",
+              "How long an endpoint whose transports connect endpoint to endpoint (rc without "
+              "rdma_cm) waits for its peer to answer the wire-up before it fails with "
+              "LOOM_ERR_TIMED_OUT: a peer that never progresses, or whose LOOM_TLS or "
+              "LOOM_NET_DEVICES leave those transports out. inf: wait for ever.",
+              &ContextConfig::wireup_timeout, TimeParser().allow_inf()),
     }};
 
 bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::net; }

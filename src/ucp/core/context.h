@@ -37,6 +37,7 @@ struct ContextConfig {
     RndvScheme rndv_scheme = RndvScheme::auto_;
     bool proto_info = false;             ///< LOOM_PROTO_INFO
     std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
+    std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)
 };
 
 /** One transport on one device that this context may use. */

@@ -208,6 +208,14 @@ Ep* find_for_request(Worker& worker, std::uint64_t uuid, std::uint64_t src_id) {
     return nullptr;
 }
 
+/** @p ep's lanes are all up: its wire-up deadline no longer applies. */
+void wireup_done(Worker& worker, Ep* ep) {
+    auto st = worker.wireup_state.find(ep);
+    if (st == worker.wireup_state.end() || st->second.deadline == 0) return;
+    st->second.deadline = 0;
+    --worker.wireup_waiting;
+}
+
 /** A request: make (or find) the endpoint back, connect its lanes holding sends, reply. */
 void on_request(Worker& worker, const WireupHdr& hdr, const UnpackedAddress& address,
                 const std::vector<LaneEntry>& entries) {
@@ -273,7 +281,11 @@ void on_reply(Worker& worker, const WireupHdr& hdr, const UnpackedAddress& addre
         ack.dst_ep_id = hdr.src_ep_id;
         s = worker.send_ctrl_on_lane(ep, ep->wireup_lane, kAmWireup, &ack, sizeof(ack));
     }
-    if (s != Status::ok) worker.ep_fail(ep, s);
+    if (s != Status::ok) {
+        worker.ep_fail(ep, s);
+        return;
+    }
+    wireup_done(worker, ep);
 }
 
 /** The acknowledgement of our reply: the peer's lanes are up, ours may send. */
@@ -289,7 +301,11 @@ void on_ack(Worker& worker, const WireupHdr& hdr) {
         LOOM_LOG_WARN("ucp: dropped a wire-up acknowledgement from an endpoint that is not our peer");
         return;
     }
-    if (Status s = release_lanes(worker, ep); s != Status::ok) worker.ep_fail(ep, s);
+    if (Status s = release_lanes(worker, ep); s != Status::ok) {
+        worker.ep_fail(ep, s);
+        return;
+    }
+    wireup_done(worker, ep);
 }
 
 }  // namespace
@@ -319,13 +335,46 @@ Status Worker::send_wireup(Ep* ep) { return send_address_message(*this, ep, kWir
 void wireup_ep_created(Worker& worker, Ep* ep) {
     if (!has_ep_to_ep_lanes(worker, *ep)) return;
     const std::uint64_t id = worker.next_wireup_id++;
-    worker.wireup_state[ep] = Worker::EpWireup{id, 0};
+    const auto timeout = worker.context.config().wireup_timeout;
+    ucs::Ticks deadline = 0;
+    if (timeout != ucs::config::kTimeInf) {
+        deadline = ucs::get_time() + ucs::ns_to_ticks(static_cast<std::uint64_t>(timeout.count()));
+        ++worker.wireup_waiting;
+    }
+    worker.wireup_state[ep] = Worker::EpWireup{id, 0, deadline};
     worker.wireup_by_id[id] = ep;
+}
+
+unsigned wireup_check_deadlines(Worker& worker) {
+    if (--worker.wireup_countdown != 0) return 0;
+    worker.wireup_countdown = 256;
+    const ucs::Ticks now = ucs::get_time();
+    std::vector<Ep*> expired;
+    for (auto& [ep, st] : worker.wireup_state) {
+        if (st.deadline == 0) continue;
+        if (ep->flags & kEpFailed) {
+            st.deadline = 0;  // failed otherwise: nothing left to wait for
+            --worker.wireup_waiting;
+        } else if (now >= st.deadline) {
+            expired.push_back(const_cast<Ep*>(ep));
+        }
+    }
+    for (Ep* ep : expired) {
+        const Worker::EpWireup st = worker.wireup_state[ep];
+        wireup_done(worker, ep);
+        LOOM_LOG_ERROR("ucp: endpoint to worker {:016x}: no wire-up answer within LOOM_WIREUP_TIMEOUT={} ({}); the "
+                       "peer does not progress, or its LOOM_TLS/LOOM_NET_DEVICES leave out our lanes' transports",
+                       ep->remote_uuid, ucs::config::TimeParser().print(worker.context.config().wireup_timeout),
+                       st.remote_id == 0 ? "no reply to our request" : "no acknowledgement of our reply");
+        worker.ep_fail(ep, Status::timed_out);
+    }
+    return static_cast<unsigned>(expired.size());
 }
 
 void wireup_ep_gone(Worker& worker, Ep* ep, Status status) {
     auto st = worker.wireup_state.find(ep);
     if (st == worker.wireup_state.end()) return;
+    if (st->second.deadline != 0) --worker.wireup_waiting;
     worker.wireup_by_id.erase(st->second.id);
     worker.wireup_state.erase(st);
     if (ep->wireup_lane != kNoLane && ep->wireup_lane != ep->am_lane) {

@@ -13,6 +13,7 @@
 #include "ucs/async/event_fd.h"
 #include "ucs/datastruct/list.h"
 #include "ucs/memory/mem_pool.h"
+#include "ucs/time/clock.h"
 #include "uct/api/uct.h"
 #include "uct/base/uct_worker.h"
 
@@ -104,6 +105,14 @@ struct WorkerParams {
     uct::ThreadMode thread_mode = uct::ThreadMode::single;
 };
 
+class Worker;
+
+/**
+ * Fails, with LOOM_ERR_TIMED_OUT and one log line, the endpoints whose wire-up is still
+ * unanswered at its deadline; looks at the clock every 256th call. Returns endpoints failed.
+ */
+unsigned wireup_check_deadlines(Worker& worker);
+
 class Worker {
 public:
     /** Opens an iface on every resource of @p ctx and registers the protocol handlers. */
@@ -119,6 +128,7 @@ public:
         unsigned n = uct_worker.progress();
         if (LOOM_UNLIKELY(!flush_waiters.empty())) n += check_flushes();
         if (LOOM_UNLIKELY(!listeners.empty())) n += cm_progress(n);
+        if (LOOM_UNLIKELY(wireup_waiting != 0)) n += wireup_check_deadlines(*this);
         return n;
     }
 
@@ -213,10 +223,14 @@ public:
     struct EpWireup {
         std::uint64_t id = 0;         ///< names the endpoint in wire-up messages
         std::uint64_t remote_id = 0;  ///< the peer endpoint's id, 0 until it is known
+        /** When an unanswered wire-up fails the endpoint (LOOM_WIREUP_TIMEOUT); 0 once its lanes are up. */
+        ucs::Ticks deadline = 0;
     };
     std::unordered_map<const Ep*, EpWireup> wireup_state;
     std::unordered_map<std::uint64_t, Ep*> wireup_by_id;
     std::uint64_t next_wireup_id = 1;
+    std::uint32_t wireup_waiting = 0;  ///< entries of wireup_state with a deadline
+    std::uint32_t wireup_countdown = 1;  ///< progress calls until the deadlines are looked at again
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests

@@ -768,6 +768,26 @@ TEST_P(UcpEpToEpTest, BothSidesConnectAtOnce) {
     (void)loom_ep_close_nbx(back, &p);
 }
 
+TEST_P(UcpEpToEpTest, UnansweredWireupFailsTheEndpointAtTheDeadline) {
+    init({{"LOOM_WIREUP_TIMEOUT", "300ms"}});
+    loom::test::LogCapture errors("error");
+    auto data = pattern(64, 1);
+    loom_status_ptr_t s = loom_tag_send_nbx(ep_, data.data(), data.size(), 1, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(s)) << "the send cannot go before the rc lane is wired up";
+    // Only the sender progresses: the receiver never answers the wire-up request.
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    loom_status_t status;
+    while ((status = loom_request_check_status(s)) == LOOM_INPROGRESS && std::chrono::steady_clock::now() < give_up) {
+        loom_worker_progress(sender_);
+    }
+    loom_request_free(s);
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, status);
+    EXPECT_EQ(1, errors.count("no wire-up answer within LOOM_WIREUP_TIMEOUT"));
+    loom_status_ptr_t again = loom_tag_send_nbx(ep_, data.data(), data.size(), 1, nullptr);
+    EXPECT_TRUE(LOOM_PTR_IS_ERR(again)) << "a failed endpoint refuses new sends";
+    if (LOOM_PTR_IS_PTR(again)) loom_request_free(again);
+}
+
 std::vector<TlSet> ep_to_ep_sets() {
     const char* cm = std::getenv("LOOM_IB_CM");
     if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr || cm == nullptr || std::string(cm) != "verbs") return {};
