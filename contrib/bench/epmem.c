@@ -1,8 +1,9 @@
 /* Memory and time per endpoint, Loom's C API against UCX's ucp, from one source: built
  * twice by startup.py, with -DEPMEM_UCX for UCX. A child process hosts N workers; the
  * measured parent creates one endpoint to each, sends one 8-byte tagged message on each
- * and flushes its worker, so every endpoint is connected and has carried traffic, as an
- * MPI rank's endpoints are after a first exchange with every peer. Resident memory is
+ * and progresses until the child has received all of them, so every endpoint is connected
+ * and has carried traffic, as an MPI rank's endpoints are after a first exchange with
+ * every peer. Resident memory is
  * read from /proc/self/status, private (RssAnon) and shared-memory pages mapped
  * (RssShmem) apart; the kernel's socket buffers are in neither. Prints
  *   "worker_anon worker_shmem ep_anon_created ep_anon_connected ep_shmem_connected
@@ -136,6 +137,29 @@ static void* lib_send(ep_t ep, const void* buf, size_t len) {
 #endif
 }
 
+/* Posts a receive of the one 8-byte message a peer worker gets. */
+static void* lib_recv(worker_t w, uint64_t* buf) {
+#ifdef EPMEM_UCX
+    ucp_request_param_t p = {0};
+    void* r = ucp_tag_recv_nbx(w, buf, sizeof(*buf), 7, ~(ucp_tag_t)0, &p);
+    if (UCS_PTR_IS_ERR(r)) die("ucp_tag_recv_nbx");
+#else
+    loom_request_param_t p = {0};
+    void* r = loom_tag_recv_nbx(w, buf, sizeof(*buf), 7, ~(loom_tag_t)0, &p);
+    if (LOOM_PTR_IS_ERR(r)) die("loom_tag_recv_nbx");
+#endif
+    return r;
+}
+
+/* True once request @p r (or an immediate result) is complete. */
+static int lib_done(void* r) {
+#ifdef EPMEM_UCX
+    return !UCS_PTR_IS_PTR(r) || ucp_request_check_status(r) != UCS_INPROGRESS;
+#else
+    return !LOOM_PTR_IS_PTR(r) || loom_request_check_status(r) != LOOM_INPROGRESS;
+#endif
+}
+
 static void* lib_flush(worker_t w) {
 #ifdef EPMEM_UCX
     ucp_request_param_t p = {0};
@@ -187,12 +211,16 @@ static void read_all(int fd, void* buf, size_t len) {
     }
 }
 
-/* The child: N workers, their addresses down @p out, progress until @p stop closes. */
+/* The child: N workers, their addresses down @p out, then progress; one byte down @p out
+ * once every worker received its message; exits when @p stop closes. */
 static void host_peers(int n, int out, int stop) {
     ctx_t ctx = lib_init();
     worker_t* workers = calloc((size_t)n, sizeof(*workers));
+    void** recvs = calloc((size_t)n, sizeof(*recvs));
+    uint64_t* bufs = calloc((size_t)n, sizeof(*bufs));
     for (int i = 0; i < n; ++i) {
         workers[i] = lib_worker(ctx);
+        recvs[i] = lib_recv(workers[i], &bufs[i]);
         void* addr;
         size_t len;
         lib_address(workers[i], &addr, &len);
@@ -201,10 +229,16 @@ static void host_peers(int n, int out, int stop) {
             die("writing an address");
         }
     }
-    close(out);
     struct pollfd pfd = {.fd = stop, .events = POLLIN};
+    int received = 0;
     for (unsigned round = 0;; ++round) {
-        for (int i = 0; i < n; ++i) lib_progress(workers[i]);
+        for (int i = 0; i < n; ++i) {
+            lib_progress(workers[i]);
+            if (recvs[i] != NULL && lib_done(recvs[i])) {
+                recvs[i] = NULL; /* (not freed: the process ends without teardown) */
+                if (++received == n && write(out, "r", 1) != 1) die("reporting the messages");
+            }
+        }
         if ((round & 63) == 0 && poll(&pfd, 1, 0) > 0) break;
     }
     _exit(0); /* the parent measured what it needed; tearing down N workers is not part of it */
@@ -251,6 +285,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n; ++i) reqs[i] = lib_send(eps[i], &payload, sizeof(payload));
     for (int i = 0; i < n; ++i) lib_wait(w, reqs[i], "a send");
     lib_wait(w, lib_flush(w), "the worker flush");
+    /* Every message arrived (connections fully established): the peer process says so. */
+    struct pollfd pfd = {.fd = to_parent[0], .events = POLLIN};
+    for (unsigned round = 0;; ++round) {
+        lib_progress(w);
+        if ((round & 63) == 0 && poll(&pfd, 1, 0) > 0) break;
+    }
+    char ack;
+    if (read(to_parent[0], &ack, 1) != 1) die("waiting for the peers' receipt");
     double t2 = now_us();
     rss_t rss3 = rss_now();
 

@@ -72,13 +72,13 @@ def run_epmem(binary, env_extra, eps):
 
 def print_epmem(rows, eps, runs):
     print(f"\nPer endpoint: {eps} endpoints to {eps} workers of another process, one 8-byte tagged "
-          f"message on each, worker flushed; medians of {runs} alternating runs; ratio = Loom / UCX\n")
+          f"message on each until the peers have them; medians of {runs} alternating runs; ratio = Loom / UCX\n")
     print("| transports | measure | Loom | UCX 1.13 | Loom/UCX |")
     print("| --- | --- | ---: | ---: | ---: |")
     items = [("worker_anon", "context + worker, private KiB", 1024), ("worker_shmem", "context + worker, shared "
              "segments KiB", 1024), ("ep_anon", "per endpoint, private bytes", 1),
              ("ep_shmem", "per endpoint, peers' shared pages mapped, bytes", 1),
-             ("create_us", "endpoint create, us each", 1), ("connect_us", "first message + flush, us per endpoint", 1)]
+             ("create_us", "endpoint create, us each", 1), ("connect_us", "first message until received, us per endpoint", 1)]
     for name, lv, uv in rows:
         for key, label, div in items:
             lm = statistics.median(v[key] for v in lv) / div if lv else None
