@@ -362,11 +362,13 @@ Status TcpIface::query(IfaceAttr& attr) const {
     attr.overhead = 1.3e-6;
     // A zero-copy get (a rendezvous's data) costs more than its round trip: the target
     // sends the payload with its own frame, and the initiator reads the headers alone
-    // before it receives the payload straight into place. Measured as the protocol
-    // layer's forced rendezvous minus forced eager tag_lat on lo, extrapolated to size 0
-    // (64-256 KiB, medians of 3, 2026-11-22): 12.2 us, of which the round trip and
-    // overhead above account for 6.9 us.
-    attr.zcopy_overhead = 5.3e-6;
+    // before it receives the payload straight into place. Calibrated on lo against the
+    // protocol layer's forced-rendezvous and forced-eager tag_lat (64-256 KiB, medians of
+    // 3, 2026-11-22): rendezvous is 8 us slower at 64 KiB, 5 us at 160 KiB, 1.5 us at
+    // 192 KiB and 4.6 us faster at 256 KiB, so the curves cross near 210 KiB; 11 us puts
+    // the rendezvous threshold model's switch point there. (The model charges eager the
+    // sender's overhead per 64 KiB fragment, which tcp's pipelining mostly hides.)
+    attr.zcopy_overhead = 11e-6;
     attr.latency = {device_.loopback ? 2.8e-6 : 10e-6, 0};
     attr.bandwidth_dedicated = device_.loopback ? 5.5e9 : link_bandwidth_;
     attr.bandwidth_shared = 0;
