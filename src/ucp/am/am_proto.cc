@@ -282,6 +282,7 @@ Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     req->recv.received = chunk;
     req->recv.comp.status = Status::ok;
     req->recv.sender_uuid = hdr.sender_uuid;
+    req->recv.rndv_wait = 0;  // not a rendezvous receive
     w.frags[key] = FragTarget{req, nullptr};
     return Status::ok;
 }

@@ -47,7 +47,11 @@ const RegisteredTable<ContextConfig> g_table{
               "ready-to-receive), or auto (get_zcopy where the lane can, else am).",
               &ContextConfig::rndv_scheme,
               EnumParser<RndvScheme>(
-                  {{"auto", RndvScheme::auto_}, {"get_zcopy", RndvScheme::get_zcopy}, {"am", RndvScheme::am}})),
+                  {{"auto", RndvScheme::auto_},
+                   {"get_zcopy", RndvScheme::get_zcopy},
+                   {"put_zcopy", RndvScheme::put_zcopy},
+                   {"get_put", RndvScheme::get_put},
+                   {"am", RndvScheme::am}})),
         field("PROTO_INFO", "n",
               "Print, for each new endpoint configuration, the protocol chosen for each message "
               "size range and the transport lanes it uses.",

@@ -69,4 +69,7 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
  */
 bool is_rndv_get_pending(const uct::PendingReq* pending);
 
+/** What the rendezvous scheme @p scheme does, for LOOM_PROTO_INFO (auto: what it chooses). */
+const char* rndv_scheme_name(RndvScheme scheme);
+
 }  // namespace loom::ucp
