@@ -799,7 +799,7 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
     const RndvScheme scheme = context.config().rndv_scheme;
     std::string rndv = ep.rndv_lane == kNoLane || scheme == RndvScheme::am
                            ? std::string("AM pipeline on the AM lane")
-                           : std::string(rndv_scheme_name(scheme)) + " on " +
+                           : std::string(rndv_scheme_name(scheme, ifaces[ep.lanes[ep.rndv_lane].iface].attr)) + " on " +
                                  ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.tl_name + "/" +
                                  ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.dev_name;
     std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
@@ -866,7 +866,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     if (ep->failure == Status::ok) ep->failure = status;
     purge_am_lane(ep, status);
     rma_ep_purge(*this, ep, status);
-    rndv_ep_purge(*this, ep);
+    rndv_ep_purge(*this, ep, status);
     wireup_ep_gone(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     stream_ep_closed(*this, ep, status);
@@ -884,7 +884,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
     purge_am_lane(ep, status);
     rma_ep_purge(*this, ep, status);
-    rndv_ep_purge(*this, ep);
+    rndv_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     tag_fail_peer_receives(*this, ep->remote_uuid, status);
     stream_ep_failed(*this, ep, status);

@@ -28,24 +28,6 @@ Request* recv_of(TagRecvEntry* entry) {
 UnexpDesc* desc_of(TagUnexpEntry* entry) { return reinterpret_cast<UnexpDesc*>(entry); }
 
 /**
- * What a rendezvous send by PUT still waits for (Request::send.rndv_wait). kSendWaitRtr
- * from the RTS on: only then is a kAmRndvPutRtr for it accepted.
- */
-enum RndvSendWait : std::uint8_t {
-    kSendWaitRtr = 1u << 0,    ///< the receiver's answer to the RTS
-    kSendWaitPuts = 1u << 1,   ///< PUTs to issue or in flight
-    kSendWaitFlush = 1u << 2,  ///< the PUT lane is not the AM lane: flush it before the FIN
-    kSendWaitAts = 1u << 3,    ///< split scheme: the receiver's ATS (it GETs the head)
-    kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
-};
-
-/** What a rendezvous receive by PUT still waits for (Request::recv.rndv_wait; 0 otherwise). */
-enum RndvRecvWait : std::uint8_t {
-    kRecvWaitGet = 1u << 0,  ///< split scheme: the GETs of the head
-    kRecvWaitFin = 1u << 1,  ///< the sender's FIN
-};
-
-/**
  * A receive waiting for PUTs is in Worker::frags under its sender's request id (bit 63 set,
  * which no msg_id on the wire has), so that the failure of the sender's endpoint finds it.
  */
@@ -1182,14 +1164,31 @@ void rndv_purge_cb(uct::PendingReq* pending, void* arg) {
 
 }  // namespace
 
-void rndv_ep_purge(Worker&, Ep* ep) {
-    if (ep->rndv_lane == kNoLane || ep->rndv_lane == ep->am_lane || ep->lanes[ep->rndv_lane].ep == nullptr) return;
-    RndvPurge purge;
-    uct::ep_pending_purge(ep->lanes[ep->rndv_lane].ep, rndv_purge_cb, &purge);
-    for (uct::PendingReq* pending : purge.gets) (void)pending->func(pending);  // the endpoint is marked failed
+void rndv_ep_purge(Worker& w, Ep* ep, Status status) {
+    if (ep->rndv_lane != kNoLane && ep->rndv_lane != ep->am_lane && ep->lanes[ep->rndv_lane].ep != nullptr) {
+        RndvPurge purge;
+        uct::ep_pending_purge(ep->lanes[ep->rndv_lane].ep, rndv_purge_cb, &purge);
+        for (uct::PendingReq* pending : purge.gets) (void)pending->func(pending);  // the endpoint is marked failed
+    }
+    // Receives waiting for this peer's PUTs: their FIN would come to the endpoint replies
+    // use (closed by force or failed here), so nothing completes them any more.
+    auto by_uuid = w.ep_by_uuid.find(ep->remote_uuid);
+    if (by_uuid == w.ep_by_uuid.end() || by_uuid->second != ep) return;
+    std::vector<Request*> waiting;
+    for (auto it = w.frags.begin(); it != w.frags.end();) {
+        Request* req = it->second.recv;
+        if (it->first.uuid == ep->remote_uuid && req != nullptr && (req->recv.rndv_wait & kRecvWaitFin)) {
+            waiting.push_back(req);
+            it = w.frags.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (Request* req : waiting) rndv_recv_fin(w, req, status);  // completions may touch frags: not while iterating
 }
 
-const char* rndv_scheme_name(RndvScheme scheme) {
+const char* rndv_scheme_name(RndvScheme scheme, const uct::IfaceAttr& lane) {
+    if (!(lane.cap_flags & uct::kCapPutZcopy)) return "RDMA GET";
     switch (scheme) {
     case RndvScheme::put_zcopy: return "RDMA PUT";
     case RndvScheme::get_put: return "RDMA GET of the head + PUT of the tail";

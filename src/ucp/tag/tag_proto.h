@@ -36,6 +36,24 @@ inline constexpr std::uint64_t kRndvMsgBit = 1ull << 63;
 /** Largest packed remote key an RTS carries (a larger one falls back to the AM pipeline). */
 inline constexpr std::size_t kMaxRtsRkey = 256;
 
+/**
+ * What a rendezvous send by PUT still waits for (Request::send.rndv_wait). kSendWaitRtr
+ * from the RTS on: only then is a kAmRndvPutRtr for it accepted.
+ */
+enum RndvSendWait : std::uint8_t {
+    kSendWaitRtr = 1u << 0,    ///< the receiver's answer to the RTS
+    kSendWaitPuts = 1u << 1,   ///< PUTs to issue or in flight
+    kSendWaitFlush = 1u << 2,  ///< the PUT lane is not the AM lane: flush it before the FIN
+    kSendWaitAts = 1u << 3,    ///< split scheme: the receiver's ATS (it GETs the head)
+    kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
+};
+
+/** What a rendezvous receive by PUT still waits for (Request::recv.rndv_wait; 0 otherwise). */
+enum RndvRecvWait : std::uint8_t {
+    kRecvWaitGet = 1u << 0,  ///< split scheme: the GETs of the head
+    kRecvWaitFin = 1u << 1,  ///< the sender's FIN
+};
+
 /** Sends an AckHdr (@p id: kAmSyncAck, kAmRndvAts, kAmRndvRtr) to worker @p uuid; logs a failure. */
 void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status);
 
@@ -69,7 +87,10 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
  */
 bool is_rndv_get_pending(const uct::PendingReq* pending);
 
-/** What the rendezvous scheme @p scheme does, for LOOM_PROTO_INFO (auto: what it chooses). */
-const char* rndv_scheme_name(RndvScheme scheme);
+/**
+ * What rendezvous scheme @p scheme does on a lane of iface attributes @p lane (a lane
+ * without put_zcopy GETs), for LOOM_PROTO_INFO; not for the AM pipeline.
+ */
+const char* rndv_scheme_name(RndvScheme scheme, const uct::IfaceAttr& lane);
 
 }  // namespace loom::ucp
