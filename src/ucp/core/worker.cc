@@ -796,12 +796,7 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
 
 std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
     const WorkerIface& am = ifaces[ep.lanes[ep.am_lane].iface];
-    const RndvScheme scheme = context.config().rndv_scheme;
-    std::string rndv = ep.rndv_lane == kNoLane || scheme == RndvScheme::am
-                           ? std::string("AM pipeline on the AM lane")
-                           : std::string(rndv_scheme_name(scheme, ifaces[ep.lanes[ep.rndv_lane].iface].attr)) + " on " +
-                                 ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.tl_name + "/" +
-                                 ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.dev_name;
+    const std::string rndv = rndv_describe(*this, ep);
     std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
                                   ep.remote_uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name);
     if (ep.wireup_lane != kNoLane) {

@@ -12,6 +12,8 @@
 #include "ucp/core/wire.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -83,6 +85,31 @@ void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id
     if (Status s = w.send_ctrl(ep, id, &ack, sizeof(ack)); s != Status::ok) {
         LOOM_LOG_WARN("ucp: cannot acknowledge to {:016x}: {}", uuid, to_string(s));
     }
+}
+
+/** Split scheme: the sender PUTs from here on, half the message on a 4 KiB boundary. */
+std::size_t rndv_split_point(std::size_t length) { return (length / 2) & ~std::size_t{4095}; }
+
+std::size_t rndv_split_min(const WorkerIface& wi) {
+    const uct::IfaceAttr& a = wi.attr;
+    constexpr std::uint64_t kZcopyRma = uct::kCapPutZcopy | uct::kCapGetZcopy;
+    // Memory devices: the process that issues a zero-copy GET or PUT copies the bytes with
+    // its own core, so a GET by the receiver and a PUT by the sender run on two cores at
+    // once. On a network device the adapter or the kernel moves them either way, and the
+    // split only adds a message (measured on tcp: no gain; docs/protocols.md).
+    if (wi.rsc->tl.dev_type != uct::DeviceType::shm || (a.cap_flags & kZcopyRma) != kZcopyRma ||
+        !(a.bandwidth_dedicated > 0)) {
+        return SIZE_MAX;
+    }
+    // It saves half the copy, S / 2B. It costs two messages on the critical path (the
+    // sender starts its PUTs when the RTR arrived; the receiver completes when the FIN
+    // did) and a registration on each side (the receiver's buffer; the sender unpacks its
+    // key). Worth it from where the saving is twice that cost: on shm ~50 KB, where
+    // measured tag_lat crosses over between 32 and 64 KiB (docs/protocols.md).
+    const double reg = (wi.rsc->md_attr.flags & uct::MdAttr::kReg) ? wi.rsc->md_attr.reg_cost_overhead : 0;
+    const double cost = 2 * (a.latency.c + a.overhead) + 2 * reg;
+    const double from = 2 * (2 * a.bandwidth_dedicated * cost);
+    return std::max<std::size_t>(static_cast<std::size_t>(std::ceil(from)), 2 * 4096);  // the split is never 0
 }
 
 namespace {
@@ -356,6 +383,7 @@ Status rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
     }
     req->send.offset = 0;
     req->send.progress = am_pipeline_progress;
+    req->flags |= kReqAcked;  // the RTR means the receive matched: a synchronous send waits for nothing more
     (void)send_request_start(req);
     return Status::ok;
 }
@@ -374,6 +402,7 @@ struct PutRecord {
     std::uint64_t req_id;
 };
 
+/** A FIN outside a request's progress (the send failed before any PUT); logged when it cannot go. */
 void rndv_fin_send(Worker& w, Ep* ep, std::uint64_t rreq_id, Status status) {
     RndvFinHdr fin{rreq_id, w.uuid, static_cast<std::int32_t>(status), 0};
     if (Status s = w.send_ctrl(ep, kAmRndvFin, &fin, sizeof(fin)); s != Status::ok) {
@@ -382,22 +411,38 @@ void rndv_fin_send(Worker& w, Ep* ep, std::uint64_t rreq_id, Status status) {
 }
 
 /**
- * The PUTs of send @p req are all issued and complete (or failed): FIN to the receiver,
- * and the send completes unless it still waits for the ATS of the split scheme.
+ * The last step of a send by PUT, on the AM lane: the FIN, then the send completes unless
+ * the split's ATS is still due. The request's own step, never a control message of its
+ * own: it may run from the AM lane's pending queue, which must not grow meanwhile.
+ */
+Status rndv_fin_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    RndvFinHdr fin{req->send.rndv_rreq_id, w.uuid, static_cast<std::int32_t>(req->send.rndv_status), 0};
+    ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvFin, &fin, sizeof(fin));
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    Status s = n < 0 ? static_cast<Status>(n) : req->send.rndv_status;
+    if (s == Status::ok && (req->send.rndv_wait & kSendWaitAts)) return Status::ok;  // the ATS completes it
+    req->send.dt.finish();
+    w.complete(req, s);
+    return Status::ok;
+}
+
+/**
+ * When every PUT of send @p req is issued and complete (or failed), its next step is the
+ * FIN: every PUT completed means placed in the receiver's memory (docs/protocols.md gives
+ * each transport's completion semantics), so the FIN cannot overtake the data. An issuing
+ * pass (kSendIssuing) runs that step itself; a transport's completion starts it here.
  */
 void rndv_put_check(Request* req) {
     if (req->send.offset < req->send.dt.length || req->send.rndv_records != 0 ||
         (req->send.rndv_wait & (kSendWaitFlush | kSendWaitPuts)) != kSendWaitPuts) {
         return;
     }
-    Worker& w = *req->worker;
     req->send.rndv_wait &= ~kSendWaitPuts;
-    // Every PUT completed: placed in the receiver's memory (see docs/protocols.md for each
-    // transport's completion semantics), so the FIN cannot overtake the data.
-    rndv_fin_send(w, req->send.ep, req->send.rndv_rreq_id, req->send.rndv_status);
-    if (req->send.rndv_status == Status::ok && (req->send.rndv_wait & kSendWaitAts)) return;  // the ATS completes it
-    req->send.dt.finish();
-    w.complete(req, req->send.rndv_status);
+    req->send.progress = rndv_fin_progress;
+    if (req->send.rndv_wait & kSendIssuing) return;
+    (void)send_request_start(req);  // now, or queued on the AM lane
 }
 
 void rndv_put_record_done(uct::Completion* comp) {
@@ -430,12 +475,14 @@ Status rndv_put_issue(Request* req) {
         LOOM_LOG_ERROR("ucp: out of memory for a rendezvous PUT; the send fails");
         if (req->send.rndv_status == Status::ok) req->send.rndv_status = Status::no_memory;
         req->send.offset = length;
-        req->send.rndv_wait &= ~kSendWaitFlush;
+        req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitFlush) | kSendIssuing;
         rndv_put_check(req);
+        req->send.rndv_wait &= ~kSendIssuing;
         return Status::ok;
     }
     *rec = PutRecord{{rndv_put_record_done, 1, Status::ok}, &w, w.req_table.wire_id(req)};
     ++req->send.rndv_records;
+    req->send.rndv_wait |= kSendIssuing;
     Status result = Status::ok;
     auto* buffer = static_cast<char*>(req->send.dt.buffer);
     while (req->send.offset < length) {
@@ -470,15 +517,24 @@ Status rndv_put_issue(Request* req) {
         }
     }
     uct::completion_update(&rec->comp, Status::ok);  // the issuing reference; may end the record here
+    req->send.rndv_wait &= ~kSendIssuing;
     return result;
 }
 
-/** The worker's pending queue of the AM lane runs this when the PUT lane is the AM lane. */
-Status rndv_put_progress(Request* req) { return rndv_put_issue(req); }
+/** PUTs on the AM lane: run now or from the worker's pending queue; the FIN follows in the same step when it can. */
+Status rndv_put_progress(Request* req) {
+    Status s = rndv_put_issue(req);
+    if (s == Status::no_resource) return s;
+    if (req->send.progress == rndv_fin_progress) return rndv_fin_progress(req);
+    return Status::ok;  // PUTs in flight: the last completion starts the FIN (or the endpoint failed)
+}
 
+/** PUTs on a lane of their own, from that lane's pending queue; the FIN goes on the AM lane. */
 Status rndv_put_pending(uct::PendingReq* pending) {
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
-    return rndv_put_issue(req) == Status::no_resource ? Status::no_resource : Status::ok;
+    if (rndv_put_issue(req) == Status::no_resource) return Status::no_resource;
+    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);
+    return Status::ok;
 }
 
 /** Starts the PUTs of @p req, queueing it on its lane while that lacks resources. */
@@ -499,10 +555,13 @@ void rndv_put_start(Request* req) {
             if (req->send.rndv_status == Status::ok) req->send.rndv_status = s;
             req->send.offset = req->send.dt.length;
             req->send.rndv_wait &= ~kSendWaitFlush;
-            rndv_put_check(req);
-            return;
+            break;  // only the FIN is left
         }
     }
+    req->send.rndv_wait |= kSendIssuing;  // after a refused queue, nothing may be in flight
+    rndv_put_check(req);
+    req->send.rndv_wait &= ~kSendIssuing;
+    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
 }
 
 /** kAmRndvPutRtr: RndvRtrHdr + the receiver's packed key; PUT the tail of the message there. */
@@ -697,8 +756,6 @@ void rndv_get_progress(Request* req) {
     }
 }
 
-/** Split scheme: the sender PUTs from here on, half the message on a 4 KiB boundary. */
-std::size_t rndv_split_point(std::size_t length) { return (length / 2) & ~std::size_t{4095}; }
 
 /**
  * From which byte the sender PUTs a rendezvous message of @p length over the lane of
@@ -709,6 +766,7 @@ std::size_t rndv_put_from(const Worker& w, const WorkerIface& wi, std::size_t le
     switch (w.context.config().rndv_scheme) {
     case RndvScheme::put_zcopy: return 0;
     case RndvScheme::get_put: return rndv_split_point(length);
+    case RndvScheme::auto_: return length >= rndv_split_min(wi) ? rndv_split_point(length) : length;
     default: return length;
     }
 }
@@ -1187,14 +1245,20 @@ void rndv_ep_purge(Worker& w, Ep* ep, Status status) {
     for (Request* req : waiting) rndv_recv_fin(w, req, status);  // completions may touch frags: not while iterating
 }
 
-const char* rndv_scheme_name(RndvScheme scheme, const uct::IfaceAttr& lane) {
-    if (!(lane.cap_flags & uct::kCapPutZcopy)) return "RDMA GET";
-    switch (scheme) {
-    case RndvScheme::put_zcopy: return "RDMA PUT";
-    case RndvScheme::get_put: return "RDMA GET of the head + PUT of the tail";
-    case RndvScheme::am: return "AM pipeline";
-    default: return "RDMA GET";
+std::string rndv_describe(const Worker& w, const Ep& ep) {
+    const RndvScheme scheme = w.context.config().rndv_scheme;
+    if (ep.rndv_lane == kNoLane || scheme == RndvScheme::am) return "AM pipeline on the AM lane";
+    const WorkerIface& wi = w.ifaces[ep.lanes[ep.rndv_lane].iface];
+    const std::string lane = " on " + wi.rsc->tl.tl_name + "/" + wi.rsc->tl.dev_name;
+    const bool puts = wi.attr.cap_flags & uct::kCapPutZcopy;
+    if (puts && scheme == RndvScheme::put_zcopy) return "RDMA PUT" + lane;
+    if (puts && scheme == RndvScheme::get_put) return "RDMA GET of the head + PUT of the tail" + lane;
+    if (scheme == RndvScheme::auto_) {
+        if (const std::size_t from = rndv_split_min(wi); from != SIZE_MAX) {
+            return fmt::format("RDMA GET{}; from {} B: RDMA GET of the head + PUT of the tail", lane, from);
+        }
     }
+    return "RDMA GET" + lane;
 }
 
 }  // namespace loom::ucp

@@ -4,6 +4,9 @@
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 
+#include <cstddef>
+#include <string>
+
 namespace loom::ucp {
 
 /**
@@ -45,6 +48,7 @@ enum RndvSendWait : std::uint8_t {
     kSendWaitPuts = 1u << 1,   ///< PUTs to issue or in flight
     kSendWaitFlush = 1u << 2,  ///< the PUT lane is not the AM lane: flush it before the FIN
     kSendWaitAts = 1u << 3,    ///< split scheme: the receiver's ATS (it GETs the head)
+    kSendIssuing = 1u << 4,    ///< not a wait: a pass of rndv_put_issue runs (it sends the FIN itself)
     kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
 };
 
@@ -87,10 +91,17 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
  */
 bool is_rndv_get_pending(const uct::PendingReq* pending);
 
+/** Split scheme: the sender PUTs message bytes from this offset on (half, on a 4 KiB boundary; 0 below 8 KiB). */
+std::size_t rndv_split_point(std::size_t length);
+
 /**
- * What rendezvous scheme @p scheme does on a lane of iface attributes @p lane (a lane
- * without put_zcopy GETs), for LOOM_PROTO_INFO; not for the AM pipeline.
+ * LOOM_RNDV_SCHEME=auto: the size from which a rendezvous over the lane of iface @p wi
+ * splits (the receiver GETs the head, the sender PUTs the tail); SIZE_MAX: never on that
+ * lane. From the lane's device type and performance model (docs/protocols.md).
  */
-const char* rndv_scheme_name(RndvScheme scheme, const uct::IfaceAttr& lane);
+std::size_t rndv_split_min(const WorkerIface& wi);
+
+/** What rendezvous does on @p ep (the scheme, by size where auto splits, and the lane), for LOOM_PROTO_INFO. */
+std::string rndv_describe(const Worker& w, const Ep& ep);
 
 }  // namespace loom::ucp

@@ -714,6 +714,16 @@ TEST_P(UcpTagTest, EveryRendezvousSchemeAcrossTheThreshold) {
             send_recv(size, true);
             send_recv(size, false);
         }
+        // Synchronous sends complete too: the receiver's answer (ATS, RTR or FIN) says it matched.
+        for (std::size_t size : {std::size_t{70000}, std::size_t{1} << 20}) {
+            auto data = pattern(size, 3);
+            std::vector<char> out(size);
+            loom_status_ptr_t sreq = loom_tag_send_sync_nbx(ep_, data.data(), size, 9, nullptr);
+            ASSERT_FALSE(LOOM_PTR_IS_ERR(sreq));
+            ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), size, 9, ~0ull, nullptr))) << size;
+            ASSERT_EQ(LOOM_OK, wait(sreq)) << "synchronous send of " << size;
+            EXPECT_EQ(data, out);
+        }
     }
 }
 
@@ -770,6 +780,35 @@ TEST_P(UcpTagTest, PutSchemesMoveTheDataOnTheSendersProgress) {
         EXPECT_EQ(data, out) << "the sender completed before its data was in place";
         EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rreq)) << "the receive completed without its FIN";
         ASSERT_EQ(LOOM_OK, wait(rreq));
+    }
+}
+
+/**
+ * auto splits (GET of the head + PUT of the tail) only on a memory device, where each
+ * side's core copies its part, and only above the model's size (~50 KB on shm); tcp and
+ * self GET everything.
+ */
+TEST_P(UcpTagTest, AutoSplitsOnlyLargeMessagesOnMemoryDevices) {
+    init({{"LOOM_RNDV_SCHEME", "auto"}, {"LOOM_RNDV_THRESH", "4k"}});
+    const bool memory = std::string(GetParam().name) == "shm";
+    send_recv(8, true);  // connected both ways: the RTS below needs only the receiver's progress
+    for (std::size_t size : {std::size_t{16384}, std::size_t{1} << 20}) {
+        const bool split = memory && size > 65536;
+        auto data = pattern(size, 12);
+        std::vector<char> out(size);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 4, ~0ull, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 4, nullptr);
+        const auto* recv = loom::ucp::request_of(rreq);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (recv->recv.sender_uuid == 0 && std::chrono::steady_clock::now() < deadline) {
+            loom_worker_progress(receiver_);  // until the RTS matched
+        }
+        ASSERT_NE(0u, recv->recv.sender_uuid) << "the RTS never arrived";
+        EXPECT_EQ(split, (recv->recv.rndv_wait & loom::ucp::kRecvWaitFin) != 0) << "size " << size;
+        ASSERT_EQ(LOOM_OK, wait(rreq));
+        ASSERT_EQ(LOOM_OK, wait(sreq));
+        EXPECT_EQ(data, out) << "size " << size;
     }
 }
 
