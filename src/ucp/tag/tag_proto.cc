@@ -357,7 +357,7 @@ Status ats_handler(void* arg, void* data, std::size_t length, unsigned) {
         split->send.rndv_wait &= ~kSendWaitAts;
         const auto status = static_cast<Status>(ack.status);
         if (status != Status::ok && split->send.rndv_status == Status::ok) split->send.rndv_status = status;
-        if (split->send.rndv_wait & kSendWaitPuts) return Status::ok;
+        if (split->send.rndv_wait & (kSendWaitPuts | kSendWaitFin)) return Status::ok;  // its FIN completes it
     }
     Request* req = w.req_table.take(ack.sreq_id);
     if (req == nullptr) {
@@ -422,6 +422,7 @@ Status rndv_fin_progress(Request* req) {
     ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvFin, &fin, sizeof(fin));
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     Status s = n < 0 ? static_cast<Status>(n) : req->send.rndv_status;
+    req->send.rndv_wait &= ~kSendWaitFin;
     if (s == Status::ok && (req->send.rndv_wait & kSendWaitAts)) return Status::ok;  // the ATS completes it
     req->send.dt.finish();
     w.complete(req, s);
@@ -439,7 +440,7 @@ void rndv_put_check(Request* req) {
         (req->send.rndv_wait & (kSendWaitFlush | kSendWaitPuts)) != kSendWaitPuts) {
         return;
     }
-    req->send.rndv_wait &= ~kSendWaitPuts;
+    req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitPuts) | kSendWaitFin;
     req->send.progress = rndv_fin_progress;
     if (req->send.rndv_wait & kSendIssuing) return;
     (void)send_request_start(req);  // now, or queued on the AM lane

@@ -49,6 +49,7 @@ enum RndvSendWait : std::uint8_t {
     kSendWaitFlush = 1u << 2,  ///< the PUT lane is not the AM lane: flush it before the FIN
     kSendWaitAts = 1u << 3,    ///< split scheme: the receiver's ATS (it GETs the head)
     kSendIssuing = 1u << 4,    ///< not a wait: a pass of rndv_put_issue runs (it sends the FIN itself)
+    kSendWaitFin = 1u << 5,    ///< the FIN is still to leave (the PUTs are done)
     kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
 };
 

@@ -812,6 +812,50 @@ TEST_P(UcpTagTest, AutoSplitsOnlyLargeMessagesOnMemoryDevices) {
     }
 }
 
+/**
+ * shm, split: the receiver's ATS reaches the sender while the sender's FIN still waits
+ * for room on the full AM lane: the send completes only once its FIN left, and the
+ * receive gets it.
+ */
+TEST_P(UcpTagTest, SplitAtsBeforeAQueuedFin) {
+    if (std::string(GetParam().name) != "shm") GTEST_SKIP() << "needs two workers whose PUTs complete in the call";
+    init({{"LOOM_RNDV_SCHEME", "get_put"}, {"LOOM_SHM_FIFO_SIZE", "64k"}});
+    send_recv(8, true);
+    const std::size_t size = 1 << 20;
+    auto data = pattern(size, 13);
+    std::vector<char> out(size);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 40, ~0ull, nullptr);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 40, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    const auto* recv = loom::ucp::request_of(rreq);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    // The receiver alone: RTR, the GET of the head and the ATS are out.
+    while (recv->recv.rndv_wait != loom::ucp::kRecvWaitFin && std::chrono::steady_clock::now() < deadline) {
+        loom_worker_progress(receiver_);
+    }
+    ASSERT_EQ(loom::ucp::kRecvWaitFin, recv->recv.rndv_wait);
+    // Fill the receiver's FIFO with messages it drops silently (acknowledgements of a
+    // wire-up nobody started), so the FIN finds no room but nothing is queued before it.
+    loom::ucp::WireupHdr ack{};
+    ack.type = loom::ucp::kWireupAck;
+    ack.src_ep_id = 5;
+    ack.dst_ep_id = 12345;
+    auto* am_ep = reinterpret_cast<loom::ucp::Ep*>(ep_)->am_ep;
+    int filled = 0;
+    while (loom::ucp::am_bcopy_bytes(am_ep, loom::ucp::kAmWireup, &ack, sizeof(ack)) >= 0 && filled < 100000) ++filled;
+    ASSERT_LT(filled, 100000) << "the receiver's FIFO never filled";
+    // The sender alone: it PUTs the tail, its FIN finds no room, the ATS arrives.
+    const auto* send = loom::ucp::request_of(sreq);
+    for (int i = 0; i < 200; ++i) loom_worker_progress(sender_);
+    EXPECT_EQ(0, send->send.rndv_wait & loom::ucp::kSendWaitAts) << "the ATS never arrived";
+    EXPECT_NE(0, send->send.rndv_wait & loom::ucp::kSendWaitFin) << "the FIN did not wait";
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq)) << "completed before its FIN left";
+    EXPECT_EQ(data, out) << "the tail is in place before the FIN";
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rreq));
+    ASSERT_EQ(LOOM_OK, wait(rreq));
+    ASSERT_EQ(LOOM_OK, wait(sreq));
+}
+
 /** Truncation in every scheme: nothing moves, the receive reports the full length, the send completes. */
 TEST_P(UcpTagTest, TruncationUnderEveryScheme) {
     for (const char* scheme : kRndvSchemes) {
