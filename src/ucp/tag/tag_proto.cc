@@ -351,8 +351,12 @@ Status ats_handler(void* arg, void* data, std::size_t length, unsigned) {
     if (length < sizeof(AckHdr)) return Status::ok;
     AckHdr ack;
     std::memcpy(&ack, data, sizeof(ack));
-    if (Request* split = w.req_table.find(ack.sreq_id);
-        split != nullptr && is_send(split) && (split->send.rndv_wait & kSendWaitAts)) {
+    if (Request* split = w.req_table.find(ack.sreq_id); split != nullptr && is_send(split) &&
+                                                        (split->send.rndv_wait & kSendWaitPutScheme)) {
+        if (!(split->send.rndv_wait & kSendWaitAts)) {
+            LOOM_LOG_WARN("ucp: dropped a rendezvous completion for request {:#x}, which PUTs", ack.sreq_id);
+            return Status::ok;
+        }
         // Split scheme: the receiver has the head; the send completes when its PUTs are done too.
         split->send.rndv_wait &= ~kSendWaitAts;
         const auto status = static_cast<Status>(ack.status);
@@ -376,11 +380,13 @@ Status rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
     if (length < sizeof(AckHdr)) return Status::ok;
     AckHdr ack;
     std::memcpy(&ack, data, sizeof(ack));
-    Request* req = w.req_table.take(ack.sreq_id);
-    if (req == nullptr) {
+    Request* req = w.req_table.find(ack.sreq_id);
+    if (req == nullptr || !is_send(req) || req->send.rndv_wait != kSendWaitRtr) {
         LOOM_LOG_WARN("ucp: dropped a ready-to-receive for unknown request {:#x}", ack.sreq_id);
         return Status::ok;
     }
+    (void)w.req_table.take(ack.sreq_id);
+    req->send.rndv_wait = 0;  // answered: no other ready-to-receive is accepted
     req->send.offset = 0;
     req->send.progress = am_pipeline_progress;
     req->flags |= kReqAcked;  // the RTR means the receive matched: a synchronous send waits for nothing more

@@ -52,6 +52,8 @@ enum RndvSendWait : std::uint8_t {
     kSendWaitFin = 1u << 5,    ///< the FIN is still to leave (the PUTs are done)
     kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
 };
+/** The bits that say a send is in a PUT scheme (after the receiver's PUT_RTR). */
+inline constexpr std::uint8_t kSendWaitPutScheme = kSendWaitPuts | kSendWaitFlush | kSendWaitAts | kSendWaitFin;
 
 /** What a rendezvous receive by PUT still waits for (Request::recv.rndv_wait; 0 otherwise). */
 enum RndvRecvWait : std::uint8_t {
