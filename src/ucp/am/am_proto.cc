@@ -282,6 +282,7 @@ Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     req->recv.received = chunk;
     req->recv.comp.status = Status::ok;
     req->recv.sender_uuid = hdr.sender_uuid;
+    req->recv.rndv_wait = 0;  // not a rendezvous receive
     w.frags[key] = FragTarget{req, nullptr};
     return Status::ok;
 }
@@ -530,6 +531,7 @@ Status am_send_start(Request* req, Ep* ep, unsigned id, std::uint32_t flags, con
     const std::size_t length = req->send.dt.length;
     if (is_rndv(ep, flags, length)) {
         req->send.progress = am_rts_progress;
+        req->send.rndv_wait = 0;  // no answer accepted before its RTS left (rndv_rts_prepare)
         // The ATS and RTR name the request: the tag protocol's handlers move it on.
         if (Status s = w.req_table.insert(req); s != Status::ok) {
             send_done(req, s);

@@ -43,11 +43,20 @@ const RegisteredTable<ContextConfig> g_table{
               &ContextConfig::zcopy_thresh, SizeParser().allow_auto().allow_inf()),
         field("RNDV_SCHEME", "auto",
               "Rendezvous protocol: get_zcopy (the receiver reads the sender's buffer with RDMA "
-              "GET or its emulation), am (the sender streams fragments after the receiver's "
-              "ready-to-receive), or auto (get_zcopy where the lane can, else am).",
+              "GET or its emulation), put_zcopy (the receiver sends its buffer's key and the "
+              "sender writes it with RDMA PUT), get_put (split: the receiver GETs the first "
+              "half while the sender PUTs the second, each side's core copying on memory "
+              "devices), am (the sender streams fragments after the receiver's ready-to-receive), "
+              "or auto (get_put on memory devices from a size derived from the lane's model, "
+              "get_zcopy below it and on network devices, am without a GET lane). The receiver "
+              "decides; non-contiguous buffers always take am. See docs/protocols.md.",
               &ContextConfig::rndv_scheme,
               EnumParser<RndvScheme>(
-                  {{"auto", RndvScheme::auto_}, {"get_zcopy", RndvScheme::get_zcopy}, {"am", RndvScheme::am}})),
+                  {{"auto", RndvScheme::auto_},
+                   {"get_zcopy", RndvScheme::get_zcopy},
+                   {"put_zcopy", RndvScheme::put_zcopy},
+                   {"get_put", RndvScheme::get_put},
+                   {"am", RndvScheme::am}})),
         field("PROTO_INFO", "n",
               "Print, for each new endpoint configuration, the protocol chosen for each message "
               "size range and the transport lanes it uses.",

@@ -23,9 +23,11 @@ const ucs::config::TableBase& context_config_table();
 
 /** Which rendezvous protocol to use (LOOM_RNDV_SCHEME). */
 enum class RndvScheme : std::uint8_t {
-    auto_,      ///< RDMA GET where the rendezvous lane has it, else the AM pipeline
+    auto_,      ///< RDMA GET where the rendezvous lane has it (split with PUT on memory devices above a size), else the AM pipeline
     get_zcopy,  ///< the receiver reads the sender's buffer
     am,         ///< the sender streams fragments once the receiver is ready
+    put_zcopy,  ///< the sender writes the receiver's buffer after its ready-to-receive
+    get_put,    ///< split: the receiver GETs the head while the sender PUTs the tail
 };
 
 /** The protocol layer's configuration (the table is in context.cc; docs/configuration.md lists it). */

@@ -88,12 +88,20 @@ struct Request {
             std::uint16_t ctrl_length;
             std::uint8_t ctrl_data[52];  ///< a control message's bytes (largest header fits)
             const void* am_header;       ///< active messages: the caller's header (send.tag holds the AmHdr)
+            // Rendezvous by PUT (tag_proto.cc), from the receiver's kAmRndvPutRtr on; set up by
+            // rndv_rts_prepare. The PUTs run from `offset` to the end of the message.
+            std::uint64_t rndv_raddr;    ///< the receiver's address of message byte 0
+            uct::Rkey rndv_rkey;         ///< its key, unpacked on lane rndv_lane (handle nullptr: none)
+            std::uint64_t rndv_rreq_id;  ///< the receive, named by the FIN
+            Status rndv_status;          ///< first error of the PUTs, or of the ATS
+            std::uint8_t rndv_wait;      ///< RndvSendWait bits (tag_proto.cc) still outstanding
+            std::uint8_t rndv_records;   ///< PUT completion records with transfers in flight
         } send;
         struct {
             TagRecvEntry entry;
             DtState dt;
             TagRecvInfo info;
-            std::size_t received;     ///< bytes of the message that arrived so far
+            std::size_t received;     ///< bytes of the message that arrived so far (rendezvous GET: where the GET ends)
             // rendezvous GET state
             uct::Completion comp;
             uct::MemH memh;
@@ -105,6 +113,7 @@ struct Request {
             std::uint64_t remote_address;
             std::size_t get_offset;
             std::uint8_t lane;
+            std::uint8_t rndv_wait;   ///< rendezvous PUT schemes: RndvRecvWait bits (tag_proto.cc), else 0
             uct::PendingReq pending;
         } recv;
         /**
@@ -156,6 +165,14 @@ public:
     Request* take(std::uint64_t id);
     /** Removes @p req (whose id is set) without returning it. */
     void remove(Request* req) { (void)take(req->id | (std::uint64_t{gens_[slot(req->id)]} << 32)); }
+    /** The request with @p id, left in the table, or nullptr. */
+    Request* find(std::uint64_t id) const {
+        const auto index = static_cast<std::uint32_t>(id);
+        if (index == 0 || index > slots_.size() || gens_[slot(index)] != static_cast<std::uint32_t>(id >> 32)) {
+            return nullptr;
+        }
+        return slots_[slot(index)];
+    }
     /** The full id (with generation) the wire carries for @p req. */
     std::uint64_t wire_id(const Request* req) const {
         return req->id | (std::uint64_t{gens_[slot(req->id)]} << 32);

@@ -24,6 +24,8 @@ enum AmIds : uct::AmId {
     kAmRndvAts = 8,       ///< AckHdr: the receiver has the rendezvous data
     kAmRndvRtr = 9,       ///< AckHdr: the receiver is ready for AM-pipeline data, sent as
                           ///< kAmEagerMiddle fragments of the RTS's msg_id
+    kAmRndvPutRtr = 10,   ///< RndvRtrHdr + the receiver's packed remote key: PUT [offset, length) there
+    kAmRndvFin = 11,      ///< RndvFinHdr: the sender's PUTs of a rendezvous are in place
     // Active messages and streams (src/ucp/am, src/ucp/stream): ids 20..29.
     kAmUserOnly = 20,     ///< AmHdr [+ sender uuid when kAmWireReply] + user header + data
     kAmUserFirst = 21,    ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
@@ -74,6 +76,37 @@ struct RtsHdr {
     std::uint16_t rkey_length; ///< packed key bytes following the header
     std::uint32_t reserved;
 };
+
+/**
+ * Ready-to-receive for the PUT schemes (kAmRndvPutRtr): the receiver matched the RTS of
+ * sreq_id and asks the sender to PUT bytes [offset, offset + length) of the message, the
+ * message's tail, at `address` (the receiver's address of byte `offset`) with the packed
+ * key that follows, then to send kAmRndvFin naming rreq_id. With kRtrFlagAts the receiver
+ * GETs the head [0, offset) itself and sends kAmRndvAts when it has it.
+ */
+struct RndvRtrHdr {
+    std::uint64_t sreq_id;        ///< the sender's request, from the RTS
+    std::uint64_t rreq_id;        ///< the receive, named by the FIN
+    std::uint64_t receiver_uuid;  ///< the receiver's worker
+    std::uint64_t address;        ///< where byte `offset` of the message goes
+    std::uint64_t offset;         ///< first byte to PUT
+    std::uint64_t length;         ///< bytes to PUT: always up to the end of the message
+    std::uint16_t rkey_length;    ///< packed key bytes following the header
+    std::uint8_t flags;           ///< kRtrFlag*
+    std::uint8_t reserved[5];
+};
+static_assert(sizeof(RndvRtrHdr) == 56);
+/** RndvRtrHdr::flags: the receiver GETs [0, offset) itself and acknowledges with kAmRndvAts. */
+inline constexpr std::uint8_t kRtrFlagAts = 1u << 0;
+
+/** The sender's PUTs for receive rreq_id completed (with `status`: ok, or why they failed). */
+struct RndvFinHdr {
+    std::uint64_t rreq_id;
+    std::uint64_t sender_uuid;  ///< checked against the RTS's sender
+    std::int32_t status;
+    std::uint32_t reserved;
+};
+static_assert(sizeof(RndvFinHdr) == 24);
 
 /**
  * Wire-up message (wireup.cc). A request or a reply carries the sender's packed worker

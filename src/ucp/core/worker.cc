@@ -468,6 +468,7 @@ void Worker::complete(Request* req, Status status) {
         (void)ifaces[ep->lanes[req->send.rndv_lane].iface].rsc->md->mem_dereg(req->send.memh);
         req->send.memh = uct::kMemHNull;
     }
+    if ((req->flags & (kReqRndv | kReqRma)) == kReqRndv) rndv_send_release(req);  // a PUT's remote key
     if (req->flags & kReqCtrl) {
         // Sent, or purged from a failed endpoint's queue: either way the copy goes here.
         if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
@@ -795,10 +796,7 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
 
 std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
     const WorkerIface& am = ifaces[ep.lanes[ep.am_lane].iface];
-    std::string rndv = ep.rndv_lane == kNoLane
-                           ? std::string("AM pipeline on the AM lane")
-                           : "RDMA GET on " + ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.tl_name + "/" +
-                                 ifaces[ep.lanes[ep.rndv_lane].iface].rsc->tl.dev_name;
+    const std::string rndv = rndv_describe(*this, ep);
     std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
                                   ep.remote_uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name);
     if (ep.wireup_lane != kNoLane) {
@@ -863,6 +861,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     if (ep->failure == Status::ok) ep->failure = status;
     purge_am_lane(ep, status);
     rma_ep_purge(*this, ep, status);
+    rndv_ep_purge(*this, ep, status);
     wireup_ep_gone(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     stream_ep_closed(*this, ep, status);
@@ -880,6 +879,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
     purge_am_lane(ep, status);
     rma_ep_purge(*this, ep, status);
+    rndv_ep_purge(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     tag_fail_peer_receives(*this, ep->remote_uuid, status);
     stream_ep_failed(*this, ep, status);

@@ -315,6 +315,15 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
 
 /** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
 void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
+/** Releases the receiver's key a rendezvous send by PUT holds (Worker::complete, kReqRndv sends). */
+void rndv_send_release(Request* req);
+/**
+ * @p ep failed or goes (marked so): empties its rendezvous lane's own pending queue when
+ * that is not the AM lane (queued GETs fail their receives; queued PUTs are left to the
+ * failure of Ep::outstanding, which must follow), and fails with @p status the receives
+ * waiting for the PUTs of its peer when @p ep is the one replies to that peer use.
+ */
+void rndv_ep_purge(Worker& worker, Ep* ep, Status status);
 
 // --- protocol entry points (src/ucp/am, src/ucp/stream) ------------------------------------
 

@@ -1,7 +1,9 @@
 /**
  * Tagged messages: the eager protocols (short, single bcopy, multi-fragment bcopy,
  * with or without a synchronous acknowledgement) and rendezvous (RTS, then RDMA GET by
- * the receiver and ATS, or RTR and an AM pipeline of fragments). docs/protocols.md
+ * the receiver and ATS; or RTR and an AM pipeline of fragments; or an RTR with the
+ * receiver's key, RDMA PUT by the sender and FIN; or the split of the last two, the
+ * receiver GETting the head while the sender PUTs the tail). docs/protocols.md
  * describes the wire and the choice by size.
  */
 #include "ucp/tag/tag_proto.h"
@@ -10,8 +12,11 @@
 #include "ucp/core/wire.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace loom::ucp {
 
@@ -23,6 +28,12 @@ Request* recv_of(TagRecvEntry* entry) {
     return reinterpret_cast<Request*>(reinterpret_cast<char*>(entry) - offsetof(Request, recv.entry));
 }
 UnexpDesc* desc_of(TagUnexpEntry* entry) { return reinterpret_cast<UnexpDesc*>(entry); }
+
+/**
+ * A receive waiting for PUTs is in Worker::frags under its sender's request id (bit 63 set,
+ * which no msg_id on the wire has), so that the failure of the sender's endpoint finds it.
+ */
+FragKey rndv_put_key(const Request* req) { return FragKey{req->recv.sender_uuid, req->recv.sreq_id | kRndvMsgBit}; }
 
 void free_desc(Worker& w, UnexpDesc* desc) {
     if (desc->pooled) {
@@ -74,6 +85,31 @@ void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id
     if (Status s = w.send_ctrl(ep, id, &ack, sizeof(ack)); s != Status::ok) {
         LOOM_LOG_WARN("ucp: cannot acknowledge to {:016x}: {}", uuid, to_string(s));
     }
+}
+
+/** Split scheme: the sender PUTs from here on, half the message on a 4 KiB boundary. */
+std::size_t rndv_split_point(std::size_t length) { return (length / 2) & ~std::size_t{4095}; }
+
+std::size_t rndv_split_min(const WorkerIface& wi) {
+    const uct::IfaceAttr& a = wi.attr;
+    constexpr std::uint64_t kZcopyRma = uct::kCapPutZcopy | uct::kCapGetZcopy;
+    // Memory devices: the process that issues a zero-copy GET or PUT copies the bytes with
+    // its own core, so a GET by the receiver and a PUT by the sender run on two cores at
+    // once. On a network device the adapter or the kernel moves them either way, and the
+    // split only adds a message (measured on tcp: no gain; docs/protocols.md).
+    if (wi.rsc->tl.dev_type != uct::DeviceType::shm || (a.cap_flags & kZcopyRma) != kZcopyRma ||
+        !(a.bandwidth_dedicated > 0)) {
+        return SIZE_MAX;
+    }
+    // It saves half the copy, S / 2B. It costs two messages on the critical path (the
+    // sender starts its PUTs when the RTR arrived; the receiver completes when the FIN
+    // did) and a registration on each side (the receiver's buffer; the sender unpacks its
+    // key). Worth it from where the saving is twice that cost: on shm ~50 KB, where
+    // measured tag_lat crosses over between 32 and 64 KiB (docs/protocols.md).
+    const double reg = (wi.rsc->md_attr.flags & uct::MdAttr::kReg) ? wi.rsc->md_attr.reg_cost_overhead : 0;
+    const double cost = 2 * (a.latency.c + a.overhead) + 2 * reg;
+    const double from = 2 * (2 * a.bandwidth_dedicated * cost);
+    return std::max<std::size_t>(static_cast<std::size_t>(std::ceil(from)), 2 * 4096);  // the split is never 0
 }
 
 namespace {
@@ -227,6 +263,10 @@ Status eager_middle_handler(void* arg, void* data, std::size_t length, unsigned)
     FragTarget target = it->second;
     if (target.recv != nullptr) {
         Request* req = target.recv;
+        if (LOOM_UNLIKELY(req->recv.rndv_wait != 0)) {  // only its sender's PUTs fill it
+            LOOM_LOG_WARN("ucp: dropped a fragment for a receive that waits for PUTs from {:016x}", hdr.sender_uuid);
+            return Status::ok;
+        }
         if (hdr.offset + plen > req->recv.info.length || hdr.offset + plen < hdr.offset) {
             LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
                           req->recv.info.length);
@@ -303,11 +343,26 @@ Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
     return Status::ok;
 }
 
+/** A send request (not a receive, RMA operation, flush or control message). */
+bool is_send(const Request* req) { return !(req->flags & (kReqRecv | kReqRma | kReqFlush | kReqCtrl)); }
+
 Status ats_handler(void* arg, void* data, std::size_t length, unsigned) {
     auto& w = *static_cast<Worker*>(arg);
     if (length < sizeof(AckHdr)) return Status::ok;
     AckHdr ack;
     std::memcpy(&ack, data, sizeof(ack));
+    if (Request* split = w.req_table.find(ack.sreq_id); split != nullptr && is_send(split) &&
+                                                        (split->send.rndv_wait & kSendWaitPutScheme)) {
+        if (!(split->send.rndv_wait & kSendWaitAts)) {
+            LOOM_LOG_WARN("ucp: dropped a rendezvous completion for request {:#x}, which PUTs", ack.sreq_id);
+            return Status::ok;
+        }
+        // Split scheme: the receiver has the head; the send completes when its PUTs are done too.
+        split->send.rndv_wait &= ~kSendWaitAts;
+        const auto status = static_cast<Status>(ack.status);
+        if (status != Status::ok && split->send.rndv_status == Status::ok) split->send.rndv_status = status;
+        if (split->send.rndv_wait & (kSendWaitPuts | kSendWaitFin)) return Status::ok;  // its FIN completes it
+    }
     Request* req = w.req_table.take(ack.sreq_id);
     if (req == nullptr) {
         LOOM_LOG_WARN("ucp: dropped a rendezvous completion for unknown request {:#x}", ack.sreq_id);
@@ -325,14 +380,315 @@ Status rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
     if (length < sizeof(AckHdr)) return Status::ok;
     AckHdr ack;
     std::memcpy(&ack, data, sizeof(ack));
-    Request* req = w.req_table.take(ack.sreq_id);
-    if (req == nullptr) {
+    Request* req = w.req_table.find(ack.sreq_id);
+    if (req == nullptr || !is_send(req) || req->send.rndv_wait != kSendWaitRtr) {
         LOOM_LOG_WARN("ucp: dropped a ready-to-receive for unknown request {:#x}", ack.sreq_id);
         return Status::ok;
     }
+    (void)w.req_table.take(ack.sreq_id);
+    req->send.rndv_wait = 0;  // answered: no other ready-to-receive is accepted
     req->send.offset = 0;
     req->send.progress = am_pipeline_progress;
+    req->flags |= kReqAcked;  // the RTR means the receive matched: a synchronous send waits for nothing more
     (void)send_request_start(req);
+    return Status::ok;
+}
+
+// --- rendezvous by PUT: the sender --------------------------------------------------------
+
+/**
+ * Completion record of PUTs in flight. It names its request by the generation-checked id
+ * (the send keeps the id of its RTS until it completes), so a request completed meanwhile
+ * by a peer failure or a forced close is simply not found; the record ends with its last
+ * transfer. A record exists only while an issuing pass runs or transfers are in flight.
+ */
+struct PutRecord {
+    uct::Completion comp;
+    Worker* worker;
+    std::uint64_t req_id;
+};
+
+/** A FIN outside a request's progress (the send failed before any PUT); logged when it cannot go. */
+void rndv_fin_send(Worker& w, Ep* ep, std::uint64_t rreq_id, Status status) {
+    RndvFinHdr fin{rreq_id, w.uuid, static_cast<std::int32_t>(status), 0};
+    if (Status s = w.send_ctrl(ep, kAmRndvFin, &fin, sizeof(fin)); s != Status::ok) {
+        LOOM_LOG_WARN("ucp: cannot send a rendezvous FIN to {:016x}: {}", ep->remote_uuid, to_string(s));
+    }
+}
+
+/**
+ * The last step of a send by PUT, on the AM lane: the FIN, then the send completes unless
+ * the split's ATS is still due. The request's own step, never a control message of its
+ * own: it may run from the AM lane's pending queue, which must not grow meanwhile.
+ */
+Status rndv_fin_progress(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    RndvFinHdr fin{req->send.rndv_rreq_id, w.uuid, static_cast<std::int32_t>(req->send.rndv_status), 0};
+    ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvFin, &fin, sizeof(fin));
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    Status s = n < 0 ? static_cast<Status>(n) : req->send.rndv_status;
+    req->send.rndv_wait &= ~kSendWaitFin;
+    if (s == Status::ok && (req->send.rndv_wait & kSendWaitAts)) return Status::ok;  // the ATS completes it
+    req->send.dt.finish();
+    w.complete(req, s);
+    return Status::ok;
+}
+
+/**
+ * When every PUT of send @p req is issued and complete (or failed), its next step is the
+ * FIN: every PUT completed means placed in the receiver's memory (docs/protocols.md gives
+ * each transport's completion semantics), so the FIN cannot overtake the data. An issuing
+ * pass (kSendIssuing) runs that step itself; a transport's completion starts it here.
+ */
+void rndv_put_check(Request* req) {
+    if (req->send.offset < req->send.dt.length || req->send.rndv_records != 0 ||
+        (req->send.rndv_wait & (kSendWaitFlush | kSendWaitPuts)) != kSendWaitPuts) {
+        return;
+    }
+    req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitPuts) | kSendWaitFin;
+    req->send.progress = rndv_fin_progress;
+    if (req->send.rndv_wait & kSendIssuing) return;
+    (void)send_request_start(req);  // now, or queued on the AM lane
+}
+
+void rndv_put_record_done(uct::Completion* comp) {
+    auto* rec = reinterpret_cast<PutRecord*>(reinterpret_cast<char*>(comp) - offsetof(PutRecord, comp));
+    Worker& w = *rec->worker;
+    const std::uint64_t id = rec->req_id;
+    const Status status = comp->status;
+    std::free(rec);
+    Request* req = w.req_table.find(id);
+    if (req == nullptr) return;  // completed meanwhile (peer failure, forced close)
+    --req->send.rndv_records;
+    if (status != Status::ok && req->send.rndv_status == Status::ok) req->send.rndv_status = status;
+    rndv_put_check(req);
+}
+
+/**
+ * Issues the PUTs of @p req from send.offset on (then the flush of a PUT lane that is not
+ * the AM lane). Returns no_resource when the lane is busy (the caller queues the request),
+ * ok otherwise, the request then waiting for its transfers or completed.
+ */
+Status rndv_put_issue(Request* req) {
+    Worker& w = *req->worker;
+    Ep* ep = req->send.ep;
+    if (ep->flags & kEpFailed) return Status::ok;  // the endpoint fails its outstanding requests
+    const Lane& lane = ep->lanes[req->send.rndv_lane];
+    const std::size_t max_zcopy = std::max<std::size_t>(w.ifaces[lane.iface].attr.put.max_zcopy, 1);
+    const std::size_t length = req->send.dt.length;
+    auto* rec = static_cast<PutRecord*>(std::malloc(sizeof(PutRecord)));
+    if (rec == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for a rendezvous PUT; the send fails");
+        if (req->send.rndv_status == Status::ok) req->send.rndv_status = Status::no_memory;
+        req->send.offset = length;
+        req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitFlush) | kSendIssuing;
+        rndv_put_check(req);
+        req->send.rndv_wait &= ~kSendIssuing;
+        return Status::ok;
+    }
+    *rec = PutRecord{{rndv_put_record_done, 1, Status::ok}, &w, w.req_table.wire_id(req)};
+    ++req->send.rndv_records;
+    req->send.rndv_wait |= kSendIssuing;
+    Status result = Status::ok;
+    auto* buffer = static_cast<char*>(req->send.dt.buffer);
+    while (req->send.offset < length) {
+        const std::size_t chunk = std::min(max_zcopy, length - req->send.offset);
+        uct::Iov iov{buffer + req->send.offset, chunk, req->send.memh};
+        ++rec->comp.count;
+        Status s = uct::ep_put_zcopy(lane.ep, &iov, 1, req->send.rndv_raddr + req->send.offset,
+                                     req->send.rndv_rkey.rkey, &rec->comp);
+        if (s != Status::in_progress) --rec->comp.count;  // done, refused or not started: no callback
+        if (s == Status::no_resource) {
+            result = s;
+            break;
+        }
+        if (s != Status::ok && s != Status::in_progress) {
+            if (rec->comp.status == Status::ok) rec->comp.status = s;
+            req->send.offset = length;  // nothing more is sent; the FIN reports the error
+            req->send.rndv_wait &= ~kSendWaitFlush;
+            break;
+        }
+        req->send.offset += chunk;
+    }
+    if (result == Status::ok && (req->send.rndv_wait & kSendWaitFlush)) {
+        // Another lane carries the FIN: make the PUTs complete remotely first.
+        ++rec->comp.count;
+        Status s = uct::ep_flush(lane.ep, uct::kFlushLocal, &rec->comp);
+        if (s != Status::in_progress) --rec->comp.count;
+        if (s == Status::no_resource) {
+            result = s;
+        } else {
+            if (s != Status::ok && s != Status::in_progress && rec->comp.status == Status::ok) rec->comp.status = s;
+            req->send.rndv_wait &= ~kSendWaitFlush;
+        }
+    }
+    uct::completion_update(&rec->comp, Status::ok);  // the issuing reference; may end the record here
+    req->send.rndv_wait &= ~kSendIssuing;
+    return result;
+}
+
+/** PUTs on the AM lane: run now or from the worker's pending queue; the FIN follows in the same step when it can. */
+Status rndv_put_progress(Request* req) {
+    Status s = rndv_put_issue(req);
+    if (s == Status::no_resource) return s;
+    if (req->send.progress == rndv_fin_progress) return rndv_fin_progress(req);
+    return Status::ok;  // PUTs in flight: the last completion starts the FIN (or the endpoint failed)
+}
+
+/** PUTs on a lane of their own, from that lane's pending queue; the FIN goes on the AM lane. */
+Status rndv_put_pending(uct::PendingReq* pending) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
+    if (rndv_put_issue(req) == Status::no_resource) return Status::no_resource;
+    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);
+    return Status::ok;
+}
+
+/** Starts the PUTs of @p req, queueing it on its lane while that lacks resources. */
+void rndv_put_start(Request* req) {
+    Ep* ep = req->send.ep;
+    if (req->send.rndv_lane == ep->am_lane) {
+        // Behind the endpoint's queued sends, in the worker's queue (purged on failure).
+        req->send.progress = rndv_put_progress;
+        (void)send_request_start(req);
+        return;
+    }
+    uct::Ep* lane_ep = ep->lanes[req->send.rndv_lane].ep;
+    while (rndv_put_issue(req) == Status::no_resource) {
+        req->send.pending.func = rndv_put_pending;
+        Status s = uct::ep_pending_add(lane_ep, &req->send.pending, 0);
+        if (s == Status::ok) return;
+        if (s != Status::busy) {
+            if (req->send.rndv_status == Status::ok) req->send.rndv_status = s;
+            req->send.offset = req->send.dt.length;
+            req->send.rndv_wait &= ~kSendWaitFlush;
+            break;  // only the FIN is left
+        }
+    }
+    req->send.rndv_wait |= kSendIssuing;  // after a refused queue, nothing may be in flight
+    rndv_put_check(req);
+    req->send.rndv_wait &= ~kSendIssuing;
+    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
+}
+
+/** kAmRndvPutRtr: RndvRtrHdr + the receiver's packed key; PUT the tail of the message there. */
+Status put_rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    RndvRtrHdr hdr;
+    if (length < sizeof(hdr)) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    std::memcpy(&hdr, data, sizeof(hdr));
+    if (sizeof(hdr) + hdr.rkey_length != length) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive with a {}-byte key in {} bytes", hdr.rkey_length,
+                      length);
+        return Status::ok;
+    }
+    Request* req = w.req_table.find(hdr.sreq_id);
+    if (req == nullptr || !is_send(req) || req->send.rndv_wait != kSendWaitRtr) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive for unknown request {:#x}", hdr.sreq_id);
+        return Status::ok;
+    }
+    const std::size_t total = req->send.dt.length;
+    if (hdr.offset > total || hdr.length != total - hdr.offset || hdr.length == 0 ||
+        ((hdr.flags & kRtrFlagAts) == 0) != (hdr.offset == 0) || (hdr.flags & ~kRtrFlagAts) != 0) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive for bytes {}+{} (flags {:#x}) of a {}-byte message",
+                      hdr.offset, hdr.length, hdr.flags, total);
+        return Status::ok;
+    }
+    Ep* ep = req->send.ep;
+    if (ep->flags & kEpFailed) return Status::ok;  // the endpoint failed the request already
+    if (ep->remote_uuid != hdr.receiver_uuid) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive from {:016x} for a send to {:016x}",
+                      hdr.receiver_uuid, ep->remote_uuid);
+        return Status::ok;
+    }
+    // The receiver chose PUT because both sides have the lane's transport; check it anyway.
+    Status s = Status::ok;
+    const std::uint8_t lane = ep->rndv_lane;
+    Result<uct::Rkey> key = Status::unsupported;
+    if (lane != kNoLane && req->send.dt.contig()) {
+        const WorkerIface& wi = w.ifaces[ep->lanes[lane].iface];
+        if (!(wi.attr.cap_flags & uct::kCapPutZcopy) ||
+            (req->send.memh == uct::kMemHNull && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh))) {
+            s = Status::unsupported;
+        } else {
+            key = wi.rsc->component->rkey_unpack(static_cast<const std::uint8_t*>(data) + sizeof(hdr),
+                                                 hdr.rkey_length);
+            s = key.status();
+        }
+    } else {
+        s = Status::unsupported;
+    }
+    if (s != Status::ok) {
+        LOOM_LOG_ERROR("ucp: cannot PUT a rendezvous message to {:016x}: {}; the send and the receive fail",
+                       hdr.receiver_uuid, to_string(s));
+        rndv_fin_send(w, ep, hdr.rreq_id, s);
+        req->send.dt.finish();
+        w.complete(req, s);
+        return Status::ok;
+    }
+    req->send.rndv_rkey = *key;
+    req->send.rndv_lane = lane;
+    req->flags |= kReqRndv;  // Worker::complete releases the key (and the registration)
+    req->send.rndv_raddr = hdr.address - hdr.offset;
+    req->send.rndv_rreq_id = hdr.rreq_id;
+    req->send.rndv_status = Status::ok;
+    req->send.rndv_records = 0;
+    req->send.rndv_wait = kSendKeyHeld | kSendWaitPuts | (lane != ep->am_lane ? kSendWaitFlush : 0) |
+                          ((hdr.flags & kRtrFlagAts) ? kSendWaitAts : 0);
+    req->send.offset = hdr.offset;
+    rndv_put_start(req);
+    return Status::ok;
+}
+
+// --- rendezvous by PUT: the receiver ------------------------------------------------------
+
+/** Completes receive @p req of a PUT scheme once it waits for nothing more. */
+void rndv_recv_settle(Worker& w, Request* req) {
+    if (req->recv.rndv_wait != 0) return;
+    w.frags.erase(rndv_put_key(req));
+    if (req->recv.memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->recv.memh);
+    req->recv.dt.finish();
+    w.complete(req, req->recv.comp.status);
+}
+
+/** The FIN (or the failure of the sender's endpoint, @p status) arrived for receive @p req. */
+void rndv_recv_fin(Worker& w, Request* req, Status status) {
+    if (status != Status::ok && req->recv.comp.status == Status::ok) req->recv.comp.status = status;
+    req->recv.rndv_wait &= ~kRecvWaitFin;
+    rndv_recv_settle(w, req);
+}
+
+/** Split scheme: the GETs of the head are done (or failed): ATS to the sender. */
+void rndv_split_get_done(uct::Completion* comp) {
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(comp) - offsetof(Request, recv.comp));
+    Worker& w = *req->worker;
+    req->recv.rkey_component->rkey_release(req->recv.rkey);
+    send_ack(w, req->recv.sender_uuid, kAmRndvAts, req->recv.sreq_id, comp->status);
+    req->recv.rndv_wait &= ~kRecvWaitGet;
+    rndv_recv_settle(w, req);
+}
+
+Status fin_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    RndvFinHdr fin;
+    if (length != sizeof(fin)) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous FIN of {} bytes (malformed)", length);
+        return Status::ok;
+    }
+    std::memcpy(&fin, data, sizeof(fin));
+    Request* req = w.req_table.find(fin.rreq_id);
+    if (req == nullptr || !(req->flags & kReqRecv) || !(req->recv.rndv_wait & kRecvWaitFin) ||
+        req->recv.sender_uuid != fin.sender_uuid) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous FIN from {:016x} for unknown receive {:#x}", fin.sender_uuid,
+                      fin.rreq_id);
+        return Status::ok;
+    }
+    // A status is ok or an error; anything else from the wire is one.
+    const Status status = fin.status <= 0 && fin.status >= INT8_MIN ? static_cast<Status>(fin.status) : Status::io_error;
+    rndv_recv_fin(w, req, status);
     return Status::ok;
 }
 
@@ -362,7 +718,7 @@ Status rndv_get_issue(Request* req) {
     }
     const Lane& lane = it->second->lanes[req->recv.lane];
     const std::size_t max_zcopy = std::max<std::size_t>(w.ifaces[lane.iface].attr.get.max_zcopy, 1);
-    const std::size_t length = req->recv.info.length;
+    const std::size_t length = req->recv.received;  // where the GET ends: the message's end, or the split
     auto* buffer = static_cast<char*>(req->recv.dt.buffer);
     while (req->recv.get_offset < length) {
         const std::size_t chunk = std::min(max_zcopy, length - req->recv.get_offset);
@@ -407,6 +763,88 @@ void rndv_get_progress(Request* req) {
     }
 }
 
+
+/**
+ * From which byte the sender PUTs a rendezvous message of @p length over the lane of
+ * iface @p wi; @p length when it does not (the receiver GETs everything).
+ */
+std::size_t rndv_put_from(const Worker& w, const WorkerIface& wi, std::size_t length) {
+    if (!(wi.attr.cap_flags & uct::kCapPutZcopy) || length == 0) return length;
+    switch (w.context.config().rndv_scheme) {
+    case RndvScheme::put_zcopy: return 0;
+    case RndvScheme::get_put: return rndv_split_point(length);
+    case RndvScheme::auto_: return length >= rndv_split_min(wi) ? rndv_split_point(length) : length;
+    default: return length;
+    }
+}
+
+/**
+ * PUT schemes: registers the receive buffer of @p req, answers the RTS with an RTR that
+ * carries its key for bytes [@p put_from, end), and GETs [0, @p put_from) meanwhile.
+ * False, with nothing changed, when the buffer cannot be offered (GET then, as before).
+ */
+bool rndv_put_recv_start(Worker& w, Request* req, Ep* ep, std::uint8_t lane, const RtsHdr& rts,
+                         const std::uint8_t* rkey, std::size_t rkey_len, std::size_t put_from) {
+    const ContextResource& rsc = *w.ifaces[ep->lanes[lane].iface].rsc;
+    const std::size_t key_len = rsc.md_attr.rkey_packed_size;
+    if (key_len > kMaxRtsRkey) return false;
+    uct::Rkey sender_key{};
+    if (put_from != 0) {  // the sender's key, for the GET of the head
+        auto unpacked = rsc.component->rkey_unpack(rkey, rkey_len);
+        if (!unpacked) return false;
+        sender_key = *unpacked;
+    }
+    uct::MemH memh = uct::kMemHNull;
+    if (rsc.md_attr.flags & uct::MdAttr::kReg) {
+        auto reg = rsc.md->mem_reg(req->recv.dt.buffer, rts.length, uct::kAccessLocalWrite | uct::kAccessRemotePut);
+        if (reg) memh = *reg;
+    }
+    std::uint8_t buf[sizeof(RndvRtrHdr) + kMaxRtsRkey];
+    if ((memh == uct::kMemHNull && (rsc.md_attr.flags & (uct::MdAttr::kNeedRkey | uct::MdAttr::kNeedMemh))) ||
+        (key_len != 0 && rsc.md->mkey_pack(memh, buf + sizeof(RndvRtrHdr)) != Status::ok) ||
+        w.req_table.insert(req) != Status::ok) {
+        if (memh != uct::kMemHNull) (void)rsc.md->mem_dereg(memh);
+        if (put_from != 0) rsc.component->rkey_release(sender_key);
+        LOOM_LOG_DEBUG("ucp: rendezvous PUT not possible; the receiver GETs");
+        return false;
+    }
+    req->recv.memh = memh;
+    req->recv.md = rsc.md;
+    req->recv.lane = lane;
+    req->recv.rkey = sender_key;
+    req->recv.rkey_component = rsc.component;
+    req->recv.comp.status = Status::ok;
+    req->recv.rndv_wait = kRecvWaitFin | (put_from != 0 ? kRecvWaitGet : 0);
+    w.frags[rndv_put_key(req)] = FragTarget{req, nullptr};
+    RndvRtrHdr hdr{};
+    hdr.sreq_id = rts.sreq_id;
+    hdr.rreq_id = w.req_table.wire_id(req);
+    hdr.receiver_uuid = w.uuid;
+    hdr.address = reinterpret_cast<std::uintptr_t>(req->recv.dt.buffer) + put_from;
+    hdr.offset = put_from;
+    hdr.length = rts.length - put_from;
+    hdr.rkey_length = static_cast<std::uint16_t>(key_len);
+    hdr.flags = put_from != 0 ? kRtrFlagAts : 0;
+    std::memcpy(buf, &hdr, sizeof(hdr));
+    // The RTR first: the sender's PUTs run while this side GETs.
+    if (Status s = w.send_ctrl(ep, kAmRndvPutRtr, buf, sizeof(hdr) + key_len); s != Status::ok) {
+        LOOM_LOG_WARN("ucp: cannot send a rendezvous ready-to-receive to {:016x}: {}", rts.sender_uuid, to_string(s));
+        req->recv.comp.status = s;
+        req->recv.rndv_wait &= ~kRecvWaitFin;  // no FIN will come
+    }
+    if (put_from != 0) {
+        req->recv.remote_address = rts.address;
+        req->recv.get_offset = 0;
+        req->recv.received = put_from;  // the GET's end
+        req->recv.comp.func = rndv_split_get_done;
+        req->recv.comp.count = 1;
+        rndv_get_progress(req);
+    } else {
+        rndv_recv_settle(w, req);  // only when the RTR could not go
+    }
+    return true;
+}
+
 }  // namespace
 
 bool is_rndv_get_pending(const uct::PendingReq* pending) { return pending->func == rndv_get_pending; }
@@ -417,6 +855,7 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
     req->recv.sender_uuid = rts.sender_uuid;
     req->recv.sreq_id = rts.sreq_id;
     req->recv.received = 0;
+    req->recv.rndv_wait = 0;
     if (rts.length > req->recv.dt.length) {
         // Truncated: nothing moves; the sender completes, the receive reports the length.
         send_ack(w, rts.sender_uuid, kAmRndvAts, rts.sreq_id, Status::ok);
@@ -442,6 +881,8 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
     }
     if (lane != kNoLane) {
         const WorkerIface& wi = w.ifaces[ep->lanes[lane].iface];
+        const std::size_t put_from = rndv_put_from(w, wi, rts.length);
+        if (put_from < rts.length && rndv_put_recv_start(w, req, ep, lane, rts, rkey, rkey_len, put_from)) return;
         auto unpacked = wi.rsc->component->rkey_unpack(rkey, rkey_len);
         req->recv.memh = uct::kMemHNull;
         if (unpacked && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh) && rts.length != 0) {
@@ -460,6 +901,7 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
             req->recv.lane = lane;
             req->recv.remote_address = rts.address;
             req->recv.get_offset = 0;
+            req->recv.received = rts.length;  // the GET's end
             req->recv.comp.func = rndv_get_done;
             req->recv.comp.count = 1;
             req->recv.comp.status = Status::ok;
@@ -599,6 +1041,9 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) 
     rts.sreq_id = w.req_table.wire_id(req);
     rts.length = req->send.dt.length;
     rts.msg_id = req->send.msg_id;
+    // The receiver may answer with an RTR for PUTs (kAmRndvPutRtr) from now on.
+    req->send.rndv_wait = kSendWaitRtr;
+    req->send.rndv_rkey = {};
     const bool get = ep->rndv_lane != kNoLane && req->send.dt.contig() &&
                      w.context.config().rndv_scheme != RndvScheme::am;
     std::size_t rkey_len = 0;
@@ -660,6 +1105,7 @@ Status tag_register_handlers(Worker& w) {
         {kAmEagerFirst, eager_first_handler},      {kAmEagerMiddle, eager_middle_handler},
         {kAmSyncAck, sync_ack_handler},            {kAmRndvRts, rts_handler},
         {kAmRndvAts, ats_handler},                 {kAmRndvRtr, rtr_handler},
+        {kAmRndvPutRtr, put_rtr_handler},          {kAmRndvFin, fin_handler},
     };
     for (WorkerIface& wi : w.ifaces) {
         for (const auto& h : handlers) {
@@ -677,7 +1123,10 @@ void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
         }
         FragTarget target = it->second;
         it = w.frags.erase(it);
-        if (target.recv != nullptr) {
+        if (target.recv != nullptr && (target.recv->recv.rndv_wait & kRecvWaitFin)) {
+            // Waits for PUTs that will not come; completes once its own GETs (if any) ended.
+            rndv_recv_fin(w, target.recv, status);
+        } else if (target.recv != nullptr) {
             target.recv->recv.dt.finish();
             w.complete(target.recv, status);
         } else if (target.desc != nullptr) {
@@ -700,6 +1149,7 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     req->send.offset = 0;
     req->send.memh = uct::kMemHNull;
     req->send.msg_id = w.next_msg_id++;
+    req->send.rndv_wait = 0;
     if (sync) req->flags |= kReqSync;
     const std::size_t length = req->send.dt.length;
     if (length >= ep->rndv_thresh) {
@@ -730,6 +1180,7 @@ void tag_recv_start(Worker& w, Request* req, UnexpDesc* desc, Tag tag, Tag mask)
     req->recv.info = {0, 0};
     req->recv.comp.status = Status::ok;
     req->recv.sender_uuid = 0;
+    req->recv.rndv_wait = 0;
     if (desc != nullptr) {
         recv_take_desc(w, req, desc);
     } else {
@@ -754,6 +1205,67 @@ Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& 
     dt.finish();
     if (s != Status::ok) return s;
     return info.length > dt.length ? Status::message_truncated : Status::ok;
+}
+
+void rndv_send_release(Request* req) {
+    if (!(req->send.rndv_wait & kSendKeyHeld)) return;
+    req->send.rndv_wait = 0;
+    const Ep* ep = req->send.ep;
+    req->worker->ifaces[ep->lanes[req->send.rndv_lane].iface].rsc->component->rkey_release(req->send.rndv_rkey);
+    req->send.rndv_rkey = {};
+}
+
+namespace {
+
+/** What purging a rendezvous lane's queue hands to rndv_purge_cb. */
+struct RndvPurge {
+    std::vector<uct::PendingReq*> gets;  ///< receives' GETs: run once more, they fail their receive
+};
+
+void rndv_purge_cb(uct::PendingReq* pending, void* arg) {
+    // Sends' PUTs are in Ep::outstanding, which the caller fails next: just out of the queue.
+    if (pending->func == rndv_get_pending) static_cast<RndvPurge*>(arg)->gets.push_back(pending);
+}
+
+}  // namespace
+
+void rndv_ep_purge(Worker& w, Ep* ep, Status status) {
+    if (ep->rndv_lane != kNoLane && ep->rndv_lane != ep->am_lane && ep->lanes[ep->rndv_lane].ep != nullptr) {
+        RndvPurge purge;
+        uct::ep_pending_purge(ep->lanes[ep->rndv_lane].ep, rndv_purge_cb, &purge);
+        for (uct::PendingReq* pending : purge.gets) (void)pending->func(pending);  // the endpoint is marked failed
+    }
+    // Receives waiting for this peer's PUTs: their FIN would come to the endpoint replies
+    // use (closed by force or failed here), so nothing completes them any more.
+    auto by_uuid = w.ep_by_uuid.find(ep->remote_uuid);
+    if (by_uuid == w.ep_by_uuid.end() || by_uuid->second != ep) return;
+    std::vector<Request*> waiting;
+    for (auto it = w.frags.begin(); it != w.frags.end();) {
+        Request* req = it->second.recv;
+        if (it->first.uuid == ep->remote_uuid && req != nullptr && (req->recv.rndv_wait & kRecvWaitFin)) {
+            waiting.push_back(req);
+            it = w.frags.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (Request* req : waiting) rndv_recv_fin(w, req, status);  // completions may touch frags: not while iterating
+}
+
+std::string rndv_describe(const Worker& w, const Ep& ep) {
+    const RndvScheme scheme = w.context.config().rndv_scheme;
+    if (ep.rndv_lane == kNoLane || scheme == RndvScheme::am) return "AM pipeline on the AM lane";
+    const WorkerIface& wi = w.ifaces[ep.lanes[ep.rndv_lane].iface];
+    const std::string lane = " on " + wi.rsc->tl.tl_name + "/" + wi.rsc->tl.dev_name;
+    const bool puts = wi.attr.cap_flags & uct::kCapPutZcopy;
+    if (puts && scheme == RndvScheme::put_zcopy) return "RDMA PUT" + lane;
+    if (puts && scheme == RndvScheme::get_put) return "RDMA GET of the head + PUT of the tail" + lane;
+    if (scheme == RndvScheme::auto_) {
+        if (const std::size_t from = rndv_split_min(wi); from != SIZE_MAX) {
+            return fmt::format("RDMA GET{}; from {} B: RDMA GET of the head + PUT of the tail", lane, from);
+        }
+    }
+    return "RDMA GET" + lane;
 }
 
 }  // namespace loom::ucp

@@ -4,6 +4,9 @@
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 
+#include <cstddef>
+#include <string>
+
 namespace loom::ucp {
 
 /**
@@ -35,6 +38,28 @@ inline constexpr std::uint64_t kRndvMsgBit = 1ull << 63;
 
 /** Largest packed remote key an RTS carries (a larger one falls back to the AM pipeline). */
 inline constexpr std::size_t kMaxRtsRkey = 256;
+
+/**
+ * What a rendezvous send by PUT still waits for (Request::send.rndv_wait). kSendWaitRtr
+ * from the RTS on: only then is a kAmRndvPutRtr for it accepted.
+ */
+enum RndvSendWait : std::uint8_t {
+    kSendWaitRtr = 1u << 0,    ///< the receiver's answer to the RTS
+    kSendWaitPuts = 1u << 1,   ///< PUTs to issue or in flight
+    kSendWaitFlush = 1u << 2,  ///< the PUT lane is not the AM lane: flush it before the FIN
+    kSendWaitAts = 1u << 3,    ///< split scheme: the receiver's ATS (it GETs the head)
+    kSendIssuing = 1u << 4,    ///< not a wait: a pass of rndv_put_issue runs (it sends the FIN itself)
+    kSendWaitFin = 1u << 5,    ///< the FIN is still to leave (the PUTs are done)
+    kSendKeyHeld = 1u << 7,    ///< not a wait: send.rndv_rkey holds an unpacked key to release
+};
+/** The bits that say a send is in a PUT scheme (after the receiver's PUT_RTR). */
+inline constexpr std::uint8_t kSendWaitPutScheme = kSendWaitPuts | kSendWaitFlush | kSendWaitAts | kSendWaitFin;
+
+/** What a rendezvous receive by PUT still waits for (Request::recv.rndv_wait; 0 otherwise). */
+enum RndvRecvWait : std::uint8_t {
+    kRecvWaitGet = 1u << 0,  ///< split scheme: the GETs of the head
+    kRecvWaitFin = 1u << 1,  ///< the sender's FIN
+};
 
 /** Sends an AckHdr (@p id: kAmSyncAck, kAmRndvAts, kAmRndvRtr) to worker @p uuid; logs a failure. */
 void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status);
@@ -68,5 +93,18 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
  * failed, and they fail their receive.
  */
 bool is_rndv_get_pending(const uct::PendingReq* pending);
+
+/** Split scheme: the sender PUTs message bytes from this offset on (half, on a 4 KiB boundary; 0 below 8 KiB). */
+std::size_t rndv_split_point(std::size_t length);
+
+/**
+ * LOOM_RNDV_SCHEME=auto: the size from which a rendezvous over the lane of iface @p wi
+ * splits (the receiver GETs the head, the sender PUTs the tail); SIZE_MAX: never on that
+ * lane. From the lane's device type and performance model (docs/protocols.md).
+ */
+std::size_t rndv_split_min(const WorkerIface& wi);
+
+/** What rendezvous does on @p ep (the scheme, by size where auto splits, and the lane), for LOOM_PROTO_INFO. */
+std::string rndv_describe(const Worker& w, const Ep& ep);
 
 }  // namespace loom::ucp

@@ -310,6 +310,16 @@ TEST_P(UcpAmTest, AmPipelineAndGetRendezvous) {
     for (std::size_t size : {1, 8, 5000, 70000}) send_check(32, size);
 }
 
+/** Active-message rendezvous shares the tag protocol's receive: the PUT schemes serve it too. */
+TEST_P(UcpAmTest, PutAndSplitRendezvous) {
+    for (const char* scheme : {"put_zcopy", "get_put"}) {
+        SCOPED_TRACE(scheme);
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "4k"}});
+        ASSERT_EQ(LOOM_OK, set_handler(receiver_, 1, &rec_));
+        for (std::size_t size : {4096, 10000, 70000, 1 << 20, 3 << 20}) send_check(32, size);
+    }
+}
+
 TEST_P(UcpAmTest, HeaderSizesUpToTheLimit) {
     ASSERT_EQ(LOOM_OK, set_handler(receiver_, 1, &rec_));
     const std::size_t limit = loom_am_max_header(sender_);

@@ -1,11 +1,14 @@
 /**
  * The protocol layer between real processes (shm and tcp): a ping-pong across every
- * protocol, and a peer killed in the middle of a rendezvous, which must fail the
- * sender's request and call the endpoint's error handler instead of hanging.
+ * protocol, and a peer killed in the middle of a rendezvous (GET, PUT or split), which
+ * must fail the other side's request and call the endpoint's error handler instead of
+ * hanging.
  */
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp/core/request.h"
+#include "ucp/tag/tag_proto.h"
 #include "ucp_side.h"
 
 #include <gtest/gtest.h>
@@ -223,6 +226,138 @@ TEST(UcpMultiProc, CloseWithAQueuedRendezvousGetFailsTheReceive) {
     flags[1] = 1;
     EXPECT_EQ(0, peer.wait());
     munmap(const_cast<int*>(flags), 4096);
+}
+
+/**
+ * Both directions carry a message first, so every connection is up and a later send goes
+ * out inside its call, without progress (which could run the whole rendezvous).
+ */
+bool warm_up(Side& me, bool first) {
+    std::uint64_t out = 1, in = 0;
+    for (bool sending : {first, !first}) {
+        loom_status_t s = sending ? me.wait(loom_tag_send_nbx(me.ep, &out, sizeof(out), 1, nullptr))
+                                  : me.wait(loom_tag_recv_nbx(me.worker, &in, sizeof(in), 1, ~0ull, nullptr));
+        if (s != LOOM_OK) return false;
+    }
+    return in == 1;
+}
+
+/**
+ * PUT schemes: the receiver dies after its RTR (and, split, after its GET of the head),
+ * before the sender handled it: the sender's PUTs or its endpoint fail the send; no hang.
+ */
+TEST_P(UcpMultiProcTest, ReceiverKilledAfterItsPutRtr) {
+    const char* tls = GetParam();
+    for (const char* scheme : {"put_zcopy", "get_put"}) {
+        SCOPED_TRACE(scheme);
+        loom::test::ScopedEnv env("LOOM_RNDV_SCHEME", scheme);  // both processes
+        auto* waiting = static_cast<volatile int*>(
+            mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+        ASSERT_NE(MAP_FAILED, (void*)waiting);
+        *waiting = 0;
+        ForkedPeer peer([tls, waiting](ForkedPeer::Channel& ch) {
+            Side me;
+            if (!me.open(tls)) return 1;
+            ch.send(me.address());
+            auto parent = ch.recv();
+            if (!parent || !me.connect(*parent, false) || !warm_up(me, false)) return 2;
+            static std::vector<char> buf(8 << 20);
+            loom_status_ptr_t r = loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), 5, ~0ull, nullptr);
+            if (!LOOM_PTR_IS_PTR(r)) return 3;
+            // Answer the RTS, then stop: the sender's PUTs and FIN find nobody.
+            const auto* req = loom::ucp::request_of(r);
+            if (!me.progress_until([req] { return (req->recv.rndv_wait & loom::ucp::kRecvWaitFin) != 0; }, 60)) return 4;
+            *waiting = 1;
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+            while (std::chrono::steady_clock::now() < deadline) {
+            }
+            return 5;
+        });
+        Side me;
+        ASSERT_TRUE(me.open(tls));
+        auto child = peer.channel().recv();
+        ASSERT_TRUE(child);
+        peer.channel().send(me.address());
+        ASSERT_TRUE(me.connect(*child, true));
+        ASSERT_TRUE(warm_up(me, true));
+        auto data = pattern(8 << 20, 5);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+        // No progress here until the receiver is gone: the RTS left inside the call.
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (*waiting == 0 && std::chrono::steady_clock::now() < deadline) {
+        }
+        ASSERT_EQ(1, *waiting) << "the receiver never answered the RTS; child exit "
+                               << peer.wait(std::chrono::milliseconds(1));
+        peer.kill(SIGKILL);
+        EXPECT_EQ(-SIGKILL, peer.wait());
+        munmap(const_cast<int*>(waiting), 4096);
+        loom_status_t s = me.wait(sreq, nullptr, 60);
+        EXPECT_NE(LOOM_OK, s) << "the PUTs cannot have reached a dead receiver";
+        EXPECT_NE(LOOM_ERR_TIMED_OUT, s) << "the send hung after its receiver died";
+    }
+}
+
+/**
+ * PUT schemes: the sender dies after the receiver's RTR, before its PUTs: the failure of
+ * the receiver's endpoint to it fails the receive waiting for the FIN (split: once its own
+ * GET of the head ended); no hang.
+ */
+TEST_P(UcpMultiProcTest, SenderKilledBeforeItsPutsFailsTheReceive) {
+    const char* tls = GetParam();
+    for (const char* scheme : {"put_zcopy", "get_put"}) {
+        SCOPED_TRACE(scheme);
+        loom::test::ScopedEnv env("LOOM_RNDV_SCHEME", scheme);
+        auto* flags = static_cast<volatile int*>(
+            mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+        ASSERT_NE(MAP_FAILED, (void*)flags);
+        flags[0] = 0;  // the child stopped progressing
+        flags[1] = 0;  // the parent has the RTS
+        ForkedPeer peer([tls, flags](ForkedPeer::Channel& ch) {
+            Side me;
+            if (!me.open(tls)) return 1;
+            ch.send(me.address());
+            auto parent = ch.recv();
+            if (!parent || !me.connect(*parent, false) || !warm_up(me, true)) return 2;
+            static std::vector<char> data = pattern(8 << 20, 6);
+            loom_status_ptr_t s = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
+            if (!LOOM_PTR_IS_PTR(s)) return 3;
+            if (!me.progress_until([flags] { return flags[1] == 1; }, 60)) return 4;
+            flags[0] = 1;  // from here on the RTR waits unread
+            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+            while (std::chrono::steady_clock::now() < deadline) {
+            }
+            return 5;
+        });
+        Side me;
+        ASSERT_TRUE(me.open(tls));
+        auto child = peer.channel().recv();
+        ASSERT_TRUE(child);
+        peer.channel().send(me.address());
+        ASSERT_TRUE(me.connect(*child, true));
+        ASSERT_TRUE(warm_up(me, false));
+        loom_tag_recv_info_t info{};
+        ASSERT_TRUE(me.progress_until([&] { return loom_tag_probe_nb(me.worker, 5, ~0ull, 0, &info) != nullptr; }))
+            << "the RTS never arrived";
+        flags[1] = 1;
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (flags[0] == 0 && std::chrono::steady_clock::now() < deadline) {
+        }
+        ASSERT_EQ(1, flags[0]);
+        std::vector<char> out(8 << 20);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(me.worker, out.data(), out.size(), 5, ~0ull, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+        const auto* req = loom::ucp::request_of(rreq);
+        ASSERT_TRUE(me.progress_until([req] { return (req->recv.rndv_wait & loom::ucp::kRecvWaitFin) != 0; }))
+            << "the receive never waited for the sender's PUTs";
+        peer.kill(SIGKILL);
+        EXPECT_EQ(-SIGKILL, peer.wait());
+        munmap(const_cast<int*>(flags), 4096);
+        loom_status_t r = me.wait(rreq, nullptr, 60);
+        EXPECT_NE(LOOM_OK, r) << "the receive cannot have its data";
+        EXPECT_NE(LOOM_ERR_TIMED_OUT, r) << "the receive hung after its sender died";
+        EXPECT_EQ(1, me.errors) << "the error handler must run once";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcpMultiProcTest, testing::Values("shm", "tcp"),

@@ -8,6 +8,7 @@
 #include "ucp/api/handles.h"
 #include "ucp/core/ep.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/tag_proto.h"
 
 #include <gtest/gtest.h>
 
@@ -696,6 +697,303 @@ TEST_P(UcpTagTest, MalformedWireupMessagesAreDropped) {
     }
     // Nothing above disturbed the endpoints.
     send_recv(100, true);
+    send_recv(70000, false);
+}
+
+// --- rendezvous schemes (LOOM_RNDV_SCHEME) -------------------------------------------------
+
+const char* const kRndvSchemes[] = {"get_zcopy", "put_zcopy", "get_put", "am"};
+
+/** Every scheme, sizes on both sides of a 4 KiB threshold, expected and unexpected. */
+TEST_P(UcpTagTest, EveryRendezvousSchemeAcrossTheThreshold) {
+    const std::vector<std::size_t> sizes = {4095, 4096, 4097, 8191, 8192, 8193, 12289, 70000, 262147, 1 << 20, 3 << 20};
+    for (const char* scheme : kRndvSchemes) {
+        SCOPED_TRACE(scheme);
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "4k"}});
+        for (std::size_t size : sizes) {
+            send_recv(size, true);
+            send_recv(size, false);
+        }
+        // Synchronous sends complete too: the receiver's answer (ATS, RTR or FIN) says it matched.
+        for (std::size_t size : {std::size_t{70000}, std::size_t{1} << 20}) {
+            auto data = pattern(size, 3);
+            std::vector<char> out(size);
+            loom_status_ptr_t sreq = loom_tag_send_sync_nbx(ep_, data.data(), size, 9, nullptr);
+            ASSERT_FALSE(LOOM_PTR_IS_ERR(sreq));
+            ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), size, 9, ~0ull, nullptr))) << size;
+            ASSERT_EQ(LOOM_OK, wait(sreq)) << "synchronous send of " << size;
+            EXPECT_EQ(data, out);
+        }
+    }
+}
+
+/** LOOM_PROTO_INFO names the scheme an endpoint's rendezvous uses. */
+TEST_P(UcpTagTest, ProtoInfoNamesTheRendezvousScheme) {
+    const std::pair<const char*, const char*> expect[] = {
+        {"get_zcopy", "rendezvous, RDMA GET on "},
+        {"put_zcopy", "rendezvous, RDMA PUT on "},
+        {"get_put", "rendezvous, RDMA GET of the head + PUT of the tail on "},
+        {"am", "rendezvous, AM pipeline on the AM lane"},
+    };
+    for (const auto& [scheme, text] : expect) {
+        testing::internal::CaptureStderr();
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_PROTO_INFO", "y"}});
+        std::string info = testing::internal::GetCapturedStderr();
+        EXPECT_NE(std::string::npos, info.find(text)) << scheme << ": " << info;
+    }
+}
+
+/**
+ * shm (CMA): a PUT moves the data on the sender's progress alone, where a GET needs the
+ * receiver's; the split GETs the head on the receiver's progress and PUTs the tail on the
+ * sender's. The receive completes on the FIN only.
+ */
+TEST_P(UcpTagTest, PutSchemesMoveTheDataOnTheSendersProgress) {
+    if (std::string(GetParam().name) != "shm") GTEST_SKIP() << "needs two workers whose PUTs complete in the call";
+    for (bool split : {false, true}) {
+        SCOPED_TRACE(split ? "get_put" : "put_zcopy");
+        init({{"LOOM_RNDV_SCHEME", split ? "get_put" : "put_zcopy"}});
+        const std::size_t size = 1 << 20;
+        const std::size_t head = split ? size / 2 : 0;
+        auto data = pattern(size, 8);
+        std::vector<char> out(size, 0x5a);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 3, ~0ull, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 3, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+        const auto* recv = loom::ucp::request_of(rreq);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        // The receiver alone: it answers the RTS (and GETs the head), then waits for the FIN.
+        while (recv->recv.rndv_wait != loom::ucp::kRecvWaitFin && std::chrono::steady_clock::now() < deadline) {
+            loom_worker_progress(receiver_);
+        }
+        ASSERT_EQ(loom::ucp::kRecvWaitFin, recv->recv.rndv_wait) << "the receive never waited for a FIN";
+        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rreq));
+        EXPECT_TRUE(std::equal(data.begin(), data.begin() + head, out.begin())) << "the head is the receiver's GET";
+        EXPECT_TRUE(std::all_of(out.begin() + head, out.end(), [](char c) { return c == 0x5a; }))
+            << "the tail arrived before the sender ran";
+        // The sender alone: it PUTs the tail and completes (on the ATS, too, when split).
+        while (loom_request_check_status(sreq) == LOOM_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+            loom_worker_progress(sender_);
+        }
+        ASSERT_EQ(LOOM_OK, wait(sreq));
+        EXPECT_EQ(data, out) << "the sender completed before its data was in place";
+        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rreq)) << "the receive completed without its FIN";
+        ASSERT_EQ(LOOM_OK, wait(rreq));
+    }
+}
+
+/**
+ * auto splits (GET of the head + PUT of the tail) only on a memory device, where each
+ * side's core copies its part, and only above the model's size (~50 KB on shm); tcp and
+ * self GET everything.
+ */
+TEST_P(UcpTagTest, AutoSplitsOnlyLargeMessagesOnMemoryDevices) {
+    init({{"LOOM_RNDV_SCHEME", "auto"}, {"LOOM_RNDV_THRESH", "4k"}});
+    const bool memory = std::string(GetParam().name) == "shm";
+    send_recv(8, true);  // connected both ways: the RTS below needs only the receiver's progress
+    for (std::size_t size : {std::size_t{16384}, std::size_t{1} << 20}) {
+        const bool split = memory && size > 65536;
+        auto data = pattern(size, 12);
+        std::vector<char> out(size);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 4, ~0ull, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 4, nullptr);
+        const auto* recv = loom::ucp::request_of(rreq);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (recv->recv.sender_uuid == 0 && std::chrono::steady_clock::now() < deadline) {
+            loom_worker_progress(receiver_);  // until the RTS matched
+        }
+        ASSERT_NE(0u, recv->recv.sender_uuid) << "the RTS never arrived";
+        EXPECT_EQ(split, (recv->recv.rndv_wait & loom::ucp::kRecvWaitFin) != 0) << "size " << size;
+        ASSERT_EQ(LOOM_OK, wait(rreq));
+        ASSERT_EQ(LOOM_OK, wait(sreq));
+        EXPECT_EQ(data, out) << "size " << size;
+    }
+}
+
+/**
+ * shm, split: the receiver's ATS reaches the sender while the sender's FIN still waits
+ * for room on the full AM lane: the send completes only once its FIN left, and the
+ * receive gets it.
+ */
+TEST_P(UcpTagTest, SplitAtsBeforeAQueuedFin) {
+    if (std::string(GetParam().name) != "shm") GTEST_SKIP() << "needs two workers whose PUTs complete in the call";
+    init({{"LOOM_RNDV_SCHEME", "get_put"}, {"LOOM_SHM_FIFO_SIZE", "64k"}});
+    send_recv(8, true);
+    const std::size_t size = 1 << 20;
+    auto data = pattern(size, 13);
+    std::vector<char> out(size);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 40, ~0ull, nullptr);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 40, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    const auto* recv = loom::ucp::request_of(rreq);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    // The receiver alone: RTR, the GET of the head and the ATS are out.
+    while (recv->recv.rndv_wait != loom::ucp::kRecvWaitFin && std::chrono::steady_clock::now() < deadline) {
+        loom_worker_progress(receiver_);
+    }
+    ASSERT_EQ(loom::ucp::kRecvWaitFin, recv->recv.rndv_wait);
+    // Fill the receiver's FIFO with messages it drops silently (acknowledgements of a
+    // wire-up nobody started), so the FIN finds no room but nothing is queued before it.
+    loom::ucp::WireupHdr ack{};
+    ack.type = loom::ucp::kWireupAck;
+    ack.src_ep_id = 5;
+    ack.dst_ep_id = 12345;
+    auto* am_ep = reinterpret_cast<loom::ucp::Ep*>(ep_)->am_ep;
+    int filled = 0;
+    while (loom::ucp::am_bcopy_bytes(am_ep, loom::ucp::kAmWireup, &ack, sizeof(ack)) >= 0 && filled < 100000) ++filled;
+    ASSERT_LT(filled, 100000) << "the receiver's FIFO never filled";
+    // The sender alone: it PUTs the tail, its FIN finds no room, the ATS arrives.
+    const auto* send = loom::ucp::request_of(sreq);
+    for (int i = 0; i < 200; ++i) loom_worker_progress(sender_);
+    EXPECT_EQ(0, send->send.rndv_wait & loom::ucp::kSendWaitAts) << "the ATS never arrived";
+    EXPECT_NE(0, send->send.rndv_wait & loom::ucp::kSendWaitFin) << "the FIN did not wait";
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq)) << "completed before its FIN left";
+    EXPECT_EQ(data, out) << "the tail is in place before the FIN";
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(rreq));
+    ASSERT_EQ(LOOM_OK, wait(rreq));
+    ASSERT_EQ(LOOM_OK, wait(sreq));
+}
+
+/** Truncation in every scheme: nothing moves, the receive reports the full length, the send completes. */
+TEST_P(UcpTagTest, TruncationUnderEveryScheme) {
+    for (const char* scheme : kRndvSchemes) {
+        SCOPED_TRACE(scheme);
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "4k"}});
+        for (std::size_t size : {20000, 500000}) {
+            for (bool expected : {true, false}) {
+                auto data = pattern(size, 1);
+                const std::size_t cap = size / 2;
+                std::vector<char> out(cap + 1, 0x11);
+                loom_status_ptr_t rreq = nullptr;
+                loom_tag_recv_info_t info{};
+                if (expected) rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+                loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
+                if (!expected) {
+                    for (int i = 0; i < 100; ++i) progress();
+                    rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+                }
+                EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, wait(rreq, &info)) << size << " expected=" << expected;
+                EXPECT_EQ(size, info.length);
+                EXPECT_EQ(0x11, out[cap]) << "wrote past the receive buffer";
+                EXPECT_EQ(LOOM_OK, wait(sreq));
+            }
+        }
+        send_recv(300000, true);  // and the endpoint still works
+    }
+}
+
+/** A non-contiguous buffer on either side: the PUT schemes fall back (AM pipeline) and the data arrives. */
+TEST_P(UcpTagTest, NonContiguousFallsBackUnderPutSchemes) {
+    for (const char* scheme : {"put_zcopy", "get_put"}) {
+        SCOPED_TRACE(scheme);
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "4k"}});
+        for (std::size_t size : {20000, 300000}) {
+            for (bool iov_receive : {true, false}) {
+                auto data = pattern(size, 4);
+                std::vector<char> out(size, 0);
+                const std::size_t a = size / 3;
+                loom_dt_iov_t siov[2] = {{data.data(), a}, {data.data() + a, size - a}};
+                loom_dt_iov_t riov[2] = {{out.data(), size - a}, {out.data() + size - a, a}};
+                loom_request_param_t iov{};
+                iov.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+                iov.datatype = loom_dt_make_iov();
+                loom_status_ptr_t rreq = iov_receive ? loom_tag_recv_nbx(receiver_, riov, 2, 3, ~0ull, &iov)
+                                                     : loom_tag_recv_nbx(receiver_, out.data(), size, 3, ~0ull, nullptr);
+                loom_status_ptr_t sreq = iov_receive ? loom_tag_send_nbx(ep_, data.data(), size, 3, nullptr)
+                                                     : loom_tag_send_nbx(ep_, siov, 2, 3, &iov);
+                ASSERT_EQ(LOOM_OK, wait(rreq)) << size;
+                ASSERT_EQ(LOOM_OK, wait(sreq)) << size;
+                EXPECT_EQ(data, out) << size << " iov_receive=" << iov_receive;
+            }
+        }
+    }
+}
+
+/**
+ * The PUT schemes' messages are checked before use: a truncated, inconsistent or unknown
+ * RTR-with-key or FIN is dropped with one line and changes nothing.
+ */
+TEST_P(UcpTagTest, MalformedRendezvousPutMessagesAreDropped) {
+    init({{"LOOM_RNDV_SCHEME", "put_zcopy"}, {"LOOM_RNDV_THRESH", "4k"}});
+    send_recv(8, true);  // both endpoints are up
+    loom::ucp::Worker& sw = *reinterpret_cast<loom_worker*>(sender_)->impl;
+    loom::ucp::Worker& rw = *reinterpret_cast<loom_worker*>(receiver_)->impl;
+    // Messages to the sender go on the receiver's endpoint to it, those to the receiver on ep_.
+    ASSERT_EQ(1u, rw.ep_by_uuid.count(sw.uuid));
+    loom::uct::Ep* to_sender = rw.ep_by_uuid[sw.uuid]->am_ep;
+    loom::uct::Ep* to_receiver = reinterpret_cast<loom::ucp::Ep*>(ep_)->am_ep;
+    auto deliver = [&](loom::uct::Ep* uep, loom::uct::AmId id, const std::vector<std::uint8_t>& m,
+                       const std::function<bool()>& arrived) {
+        ssize_t n;
+        while ((n = loom::ucp::am_bcopy_bytes(uep, id, m.data(), m.size())) ==
+               static_cast<ssize_t>(loom::Status::no_resource)) {
+            progress();
+        }
+        ASSERT_GE(n, 0);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!arrived() && std::chrono::steady_clock::now() < deadline) progress();
+    };
+    auto bytes = [](const auto& hdr, std::size_t extra = 0) {
+        std::vector<std::uint8_t> m(sizeof(hdr) + extra, 0);
+        std::memcpy(m.data(), &hdr, sizeof(hdr));
+        return m;
+    };
+    // A rendezvous send waiting for its receiver, which has its RTS.
+    auto data = pattern(100000, 7);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 77, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    loom_tag_recv_info_t probe{};
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (loom_tag_probe_nb(receiver_, 77, ~0ull, 0, &probe) == nullptr && std::chrono::steady_clock::now() < deadline) {
+        progress();
+    }
+    const std::uint64_t sreq_id = sw.req_table.wire_id(loom::ucp::request_of(sreq));
+    {
+        loom::test::LogCapture warnings("warn");
+        auto logged = [&](const char* what, int n) { return [&warnings, what, n] { return warnings.count(what) == n; }; };
+        loom::ucp::RndvRtrHdr rtr{};
+        rtr.sreq_id = sreq_id;
+        rtr.rreq_id = 1;
+        rtr.receiver_uuid = rw.uuid;
+        rtr.address = 4096;
+        rtr.length = data.size();
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, std::vector<std::uint8_t>(10, 1),
+                logged("ready-to-receive of 10 bytes (truncated)", 1));
+        auto bad_key = rtr;
+        bad_key.rkey_length = 5;
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, bytes(bad_key, 4), logged("with a 5-byte key in 60 bytes", 1));
+        auto unknown = rtr;
+        unknown.sreq_id = 0x777700000005ull;
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, bytes(unknown), logged("ready-to-receive for unknown request", 1));
+        auto short_range = rtr;
+        short_range.length = data.size() - 1;
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, bytes(short_range), logged("for bytes 0+99999", 1));
+        auto bad_flags = rtr;
+        bad_flags.flags = loom::ucp::kRtrFlagAts;  // the split, but nothing for the receiver to GET
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, bytes(bad_flags), logged("(flags 0x1)", 1));
+        auto stranger = rtr;
+        stranger.receiver_uuid = rw.uuid ^ 1;
+        deliver(to_sender, loom::ucp::kAmRndvPutRtr, bytes(stranger), logged("for a send to", 1));
+        deliver(to_receiver, loom::ucp::kAmRndvFin, std::vector<std::uint8_t>(5, 1),
+                logged("rendezvous FIN of 5 bytes (malformed)", 1));
+        loom::ucp::RndvFinHdr fin{0x777700000005ull, sw.uuid, 0, 0};
+        deliver(to_receiver, loom::ucp::kAmRndvFin, bytes(fin), logged("for unknown receive", 1));
+        EXPECT_EQ(1, warnings.count("(truncated)"));
+        EXPECT_EQ(1, warnings.count("-byte key in"));
+        EXPECT_EQ(1, warnings.count("for unknown request"));
+        EXPECT_EQ(2, warnings.count("for bytes"));
+        EXPECT_EQ(1, warnings.count("for a send to"));
+        EXPECT_EQ(1, warnings.count("FIN of 5 bytes"));
+        EXPECT_EQ(1, warnings.count("for unknown receive"));
+    }
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq)) << "a dropped message changed the send";
+    // Nothing above disturbed the waiting send or the endpoints.
+    std::vector<char> out(data.size());
+    ASSERT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), out.size(), 77, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
     send_recv(70000, false);
 }
 
