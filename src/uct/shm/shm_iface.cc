@@ -739,6 +739,9 @@ unsigned ShmIface::dispatch_pending_round(bool check_room) {
             ep->pending.push_front(*req);
         else
             ++count;
+        // A request that queued another on its endpoint put the endpoint back into the
+        // list it was taken from: this round decides where it goes.
+        if (ep->pending_link.linked()) decltype(pending_eps_)::remove(*ep);
         // The request may have failed the endpoint (then it left every list).
         if (ep->status != Status::ok || ep->pending.empty()) continue;
         if (status == Status::no_resource)

@@ -333,6 +333,52 @@ TEST(ShmFifo, OneProgressCallRunsABurstOfPendingRequests) {
     EXPECT_EQ(1000 + kQueued - 1, header);
 }
 
+/** A queued request that, when it runs, queues another one on its endpoint (as ucp does). */
+struct QueuingRequest : PendingReq {
+    Ep* ep = nullptr;
+    PendingReq* next = nullptr;
+    Status added = Status::no_resource;
+
+    static Status call(PendingReq* base) {
+        auto* self = static_cast<QueuingRequest*>(base);
+        self->added = ep_pending_add(self->ep, self->next, 0);
+        return Status::ok;
+    }
+};
+
+TEST(ShmFifo, ARequestMayQueueAnotherFromThePendingDispatch) {
+    // The dispatch holds the endpoint out of the pending list while a request runs; a
+    // request that queues another on the same endpoint put it back into that list, and
+    // the dispatch then linked it a second time.
+    ShmSide receiver({{"SHM_FIFO_SIZE", "64k"}});
+    ShmSide sender;
+    Ep* ep = sender.connect_or_throw(receiver.address());
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    std::size_t filled = 0;
+    while (ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok) ++filled;
+    std::vector<std::uint64_t> ran;
+    ShortRequest behind, added;
+    for (auto [req, seq] : {std::pair{&behind, 1u}, {&added, 2u}}) {
+        req->func = ShortRequest::call;
+        req->ep = ep;
+        req->seq = seq;
+        req->ran = &ran;
+    }
+    QueuingRequest first;
+    first.func = QueuingRequest::call;
+    first.ep = ep;
+    first.next = &added;
+    ASSERT_EQ(Status::ok, ep_pending_add(ep, &first, 0));
+    ASSERT_EQ(Status::ok, ep_pending_add(ep, &behind, 0));  // so the added one must queue
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == filled; }));
+    ASSERT_TRUE(sender.progress_until([&] { return ran.size() == 2; }));
+    EXPECT_EQ(Status::ok, first.added);
+    EXPECT_EQ((std::vector<std::uint64_t>{1, 2}), ran);
+    for (int i = 0; i < 100; ++i) (void)sender.progress();  // the list stays sound
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == filled + 2; }));
+}
+
 TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {
     ShmSide receiver;
     ShmSide sender;
