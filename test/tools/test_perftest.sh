@@ -40,6 +40,9 @@ check_output "unknown transport lists the available ones" 'available:.*self/memo
 check_output "size above the transport limit"    'exceeds the am_short limit' "$pt" -l -x self -d memory -t am_lat -s 1000000
 check_output "get has no short flavour"          'get has no short flavour' "$pt" -l -x self -d memory -t get
 check_output "unknown option is named"           "unknown option '-Z'"      "$pt" -Z
+check_output "a bad wait mode is named"          "invalid wait mode"        "$pt" -E nap
+check_output "-E sleep needs two processes"      'uct-level tests between two processes' \
+             "$pt" -l -x self -d memory -t am_lat -E sleep
 
 # Two processes: self cannot reach another process, and both sides must say so and exit.
 # (Ports are drawn below 32768, Linux's ephemeral range, where transports' own sockets live.)
@@ -84,6 +87,13 @@ for tls in shm tcp; do
     done
 done
 pair "the client's -x sets LOOM_TLS in both processes" nope -x shm -t tag_lat -n 300 -w 10 -f
+# uct-level bandwidth over tcp: the warm-up is drained before the measurement (am_bw's target
+# returns credit at the last warm-up message, with fewer than half a window of them), and
+# -E sleep makes the initiator wait on the iface's event fd instead of spinning.
+for t in "am_bw -D bcopy -s 4096" "put_bw -D zcopy -s 65536" "get_bw -D zcopy -s 65536"; do
+    pair "tcp, two processes: $t after 5 warm-up operations" tcp -x tcp -d lo -t $t -n 200 -w 5 -f
+    pair "tcp, two processes: $t, the initiator sleeping on events" tcp -x tcp -d lo -t $t -n 200 -w 5 -E sleep -f
+done
 rm -f "$server_err"
 # A server killed in the middle: the client stops at once with an error (well before its
 # 60 s no-progress timeout), since shm and tcp fail the endpoint.

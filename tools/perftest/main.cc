@@ -47,6 +47,8 @@ void usage(FILE* out) {
                  "                stream_bw, ucp_put_bw: 32; ucp_get, ucp_add: 1)\n"
                  "  -W <count>    flow-control window of am_bw (127)\n"
                  "  -R <rank>     percentile reported in the first latency column (50.0)\n"
+                 "  -E <mode>     how the initiator of a uct-level test waits: poll (default, busy-polls)\n"
+                 "                or sleep (arms the iface and sleeps on its event fd when idle)\n"
                  "  -c <cpu>      pin this process to a CPU\n"
                  "  -p <port>     TCP port of the out-of-band connection (13337)\n"
                  "  -l            loopback: one process plays both sides (no host name)\n"
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "loom_perftest: invalid %s '%s'\n", what, optarg);
         return 2;
     };
-    while ((opt = getopt(argc, argv, "t:x:d:D:s:n:w:O:W:R:c:p:lfvhNH:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:x:d:D:s:n:w:O:W:R:E:c:p:lfvhNH:")) != -1) {
         std::uint64_t value = 0;
         switch (opt) {
         case 't':
@@ -209,6 +211,15 @@ int main(int argc, char** argv) {
             }
             break;
         }
+        case 'E':
+            if (std::strcmp(optarg, "poll") == 0) {
+                params.sleep = false;
+            } else if (std::strcmp(optarg, "sleep") == 0) {
+                params.sleep = true;
+            } else {
+                return bad("wait mode (poll or sleep)");
+            }
+            break;
         case 'c':
             if (!parse_u64(optarg, value) || value >= CPU_SETSIZE) return bad("CPU");
             cpu = static_cast<int>(value);
@@ -264,6 +275,10 @@ int main(int argc, char** argv) {
         }
         if (!test_given) {
             std::fprintf(stderr, "loom_perftest: the client needs -t TEST\n");
+            return 2;
+        }
+        if (params.sleep && (loopback || is_ucp_test(params.test))) {
+            std::fprintf(stderr, "loom_perftest: -E sleep is for uct-level tests between two processes\n");
             return 2;
         }
     }

@@ -68,6 +68,7 @@ struct Params {
     std::uint32_t outstanding = 0;   ///< -O: 0 = default window (tag_bw: 32, as ucx_perftest)
     std::uint32_t window = 127;      ///< -W: flow-control window for am_bw
     double percentile = 50.0;        ///< -R
+    bool sleep = false;              ///< -E sleep: the uct-level initiator waits on events (not sent)
 };
 
 /** Output options (never sent to the server). */

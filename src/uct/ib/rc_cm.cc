@@ -338,6 +338,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
     }
     case RDMA_CM_EVENT_ESTABLISHED: {
         std::uint16_t window = ep->cold->peer_window;
+        const bool initiator = ep->cold->cm_state == CmState::connecting;
         const std::uint8_t* user = nullptr;
         std::size_t user_len = 0;
         if (ep->cold->cm_state == CmState::connecting) {
@@ -367,6 +368,11 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         }
         cm_set_state(ep, CmState::connected);
         connected(ep, window);
+        if (iwarp_ && initiator) {
+            // See probe_acceptors: our first frames may wait unread in the acceptor's socket.
+            ep->cold->probe_at = std::chrono::steady_clock::now() + kProbeFirst;
+            unconfirmed_.push_back(ep);
+        }
         if (ep->cold->on_connect != nullptr) {
             // Client: the server's private data; server: it had the client's in the request.
             ConnectCallback cb = std::exchange(ep->cold->on_connect, nullptr);

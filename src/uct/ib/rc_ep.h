@@ -131,6 +131,9 @@ struct RcEpCold {
     std::uint32_t flush_rkey = 0;                    ///< iWARP: the peer's flush word (RcCmPrivate)
     std::uint64_t flush_addr = 0;
     std::chrono::steady_clock::time_point deadline;  ///< failed or closing: when to stop waiting for flushes
+    std::chrono::steady_clock::time_point probe_at;  ///< iWARP initiator, unconfirmed: when to probe next
+    std::uint64_t probe_sn = 0;                      ///< sn of the last probe posted (0: none yet)
+    std::uint8_t probes = 0;                         ///< probes posted so far
     std::string peer;                                ///< for log lines
 };
 

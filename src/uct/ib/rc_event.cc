@@ -14,7 +14,9 @@
  *    route resolution, disconnects.
  *  - a timerfd, set while a failed endpoint waits for the device to flush its requests:
  *    after RcIface's grace time progress completes them itself (siw never flushes some),
- *    and that must not wait for an unrelated event.
+ *    and that must not wait for an unrelated event; and while an iWARP initiator's next
+ *    probe of its acceptor is due (RcIface::probe_acceptors), which is what may wake the
+ *    completion a sleeper waits for.
  *
  * event_arm, in this order: acknowledges the CQ events read so far (batched: one
  * ibv_ack_cq_events per CQ and arm, and only events already read can hold up a CQ's
@@ -156,6 +158,10 @@ Status RcIface::set_grace_timer() {
     for (const RcEp* ep : draining_) {
         if (ep->tx_sn == ep->acked_sn) continue;  // nothing left to wait for
         if (!next || ep->cold->deadline < *next) next = ep->cold->deadline;
+    }
+    for (const RcEp* ep : unconfirmed_) {
+        if (!probe_wanted(ep)) continue;
+        if (!next || ep->cold->probe_at < *next) next = ep->cold->probe_at;
     }
     itimerspec spec{};
     if (next) {

@@ -888,6 +888,7 @@ void RcIface::close_ep(RcEp* ep) {
     }
     std::erase(failed_unreported_, ep);
     std::erase(draining_, ep);
+    std::erase(unconfirmed_, ep);
     std::erase(eps_, ep);
     discard_ops(ep);
     release_rx(ep);

@@ -26,6 +26,8 @@
  *    channel is polled from progress: every progress call while a connection is being
  *    set up, else at most every kCmIdlePollUs (checked every kCmPollInterval-th call), so
  *    idle progress makes almost no system calls.
+ *    On iWARP an initiator also probes its acceptor once after its first requests (see
+ *    probe_acceptors): soft-iWARP can leave the first frames of a connection unread.
  *
  * Wake-up (kCapEventRecv, rc_event.cc): both CQs report to one completion channel; the
  * event fd is an epoll set of the iface's holding that channel, the rdma_cm channel and
@@ -92,6 +94,11 @@ public:
     static constexpr unsigned kCmPollInterval = 64;
     /** rdma_cm channel polling interval of an idle iface, in microseconds (new requests, disconnects). */
     static constexpr unsigned kCmIdlePollUs = 1000;
+
+    /** iWARP initiators: the first probe of the acceptor, after the connection is established. */
+    static constexpr std::chrono::milliseconds kProbeFirst{1};
+    /** iWARP initiators: probes at most, each after twice the previous wait (1 ms ... 2 s, 4 s in all). */
+    static constexpr std::uint8_t kProbeMax = 12;
 
     /** Receive buffers an endpoint reserves beyond its window: room for the two grants that can be
      * unconsumed. */
@@ -224,6 +231,9 @@ private:
     void drain_failed();
 
     Status post_flush_marker(RcEp* ep);
+    void probe_acceptors(std::chrono::steady_clock::time_point now);
+    /** True while @p ep (in unconfirmed_) has requests its acceptor may not have read. */
+    static bool probe_wanted(const RcEp* ep);
     Status flush_prepare(RcEp* ep, bool& needs_marker) const;
     void finish_flush_part(IfaceFlush* flush, Status status);
     void unlink_flush(IfaceFlush* flush);
@@ -299,6 +309,7 @@ private:
     std::vector<RcEp*> closing_;  ///< destroyed, waiting for their flushed requests
     std::vector<RcEp*> failed_unreported_;
     std::vector<RcEp*> draining_;  ///< failed, waiting for the device to flush their requests
+    std::vector<RcEp*> unconfirmed_;  ///< iWARP initiators whose acceptor has not answered a probe yet
     IfaceFlush* flushes_ = nullptr;
 
     rdma_event_channel* cm_channel_ = nullptr;
@@ -312,7 +323,7 @@ private:
     unsigned cm_busy_ = 0;  ///< endpoints in connection set-up
 
     ucs::EventSet events_;  ///< the event fd (event_fd), made on first use
-    int timer_fd_ = -1;     ///< in events_: the earliest flush grace of a failed endpoint
+    int timer_fd_ = -1;     ///< in events_: the earliest flush grace of a failed endpoint, or probe
     bool timer_set_ = false;
 };
 

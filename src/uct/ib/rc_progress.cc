@@ -62,6 +62,8 @@ unsigned RcIface::progress() {
             count += cm_poll();
             cm_last_poll_ = now;
         }
+        // Probes are due milliseconds apart: every kCmPollInterval-th call is often enough.
+        if (LOOM_UNLIKELY(!unconfirmed_.empty())) probe_acceptors(std::chrono::steady_clock::now());
         cm_countdown_ = cm_busy_ != 0 ? 1 : kCmPollInterval;
     }
     return count;
@@ -407,6 +409,53 @@ Status RcIface::post_flush_marker(RcEp* ep) {
     --ep->sq_avail;
     --cq_avail;
     return Status::ok;
+}
+
+bool RcIface::probe_wanted(const RcEp* ep) {
+    if (ep->flags & (kEpFailed | kEpClosing)) return false;
+    if (ep->cold->probe_sn != 0 && ep->acked_sn >= ep->cold->probe_sn) return false;  // answered
+    return ep->tx_sn != 0 && ep->cold->probes < kProbeMax;
+}
+
+/*
+ * Why iWARP initiators probe. soft-iWARP's accept (siw_accept) sends the MPA reply and
+ * only then hands the socket's receive callback to the queue pair; a frame of ours that
+ * arrives in between wakes nobody and stays unread in the acceptor's socket until another
+ * frame arrives. The initiator learns of the connection from that reply, so its first
+ * requests can fall into that window whenever the acceptor's CPU is slow to return from
+ * the reply (a preempted vCPU under emulation: seen as a first get that never completed).
+ * An RDMA read cannot be answered before everything sent ahead of it has been read, so
+ * one read that completes proves the acceptor reads this connection; a read that arrives
+ * after the window also makes it read what waited before it. The probe is a flush marker
+ * (a read of the acceptor's flush word), posted a millisecond after the connection is
+ * established or at the first progress after the first request, whichever is later, and
+ * again after 2, 4, ... ms while none has been answered. MPA forbids the acceptor to send
+ * first, so it cannot announce itself instead.
+ */
+void RcIface::probe_acceptors(std::chrono::steady_clock::time_point now) {
+    for (std::size_t i = 0; i < unconfirmed_.size();) {
+        RcEp* ep = unconfirmed_[i];
+        const bool answered = ep->cold->probe_sn != 0 && ep->acked_sn >= ep->cold->probe_sn;
+        if (answered || (ep->flags & (kEpFailed | kEpClosing)) || ep->cold->probes >= kProbeMax) {
+            if (answered && ep->cold->probes > 1) {
+                LOOM_LOG_DEBUG("rc/{}: QP {:#x}: the acceptor {} answered probe {}", resource().dev_name,
+                               ep->qp_num, ep->cold->peer, ep->cold->probes);
+            }
+            unconfirmed_[i] = unconfirmed_.back();
+            unconfirmed_.pop_back();
+            continue;
+        }
+        ++i;
+        if (ep->tx_sn == 0 || now < ep->cold->probe_at || ep->sq_avail <= 0 || cq_avail <= 0) continue;
+        if (post_flush_marker(ep) != Status::ok) continue;  // logged; the endpoint fails
+        ep->cold->probe_sn = ep->tx_sn;
+        ++ep->cold->probes;
+        ep->cold->probe_at = now + kProbeFirst * (1u << ep->cold->probes);
+        if (ep->cold->probes > 1) {
+            LOOM_LOG_DEBUG("rc/{}: QP {:#x}: no answer from the acceptor {} yet; probe {}", resource().dev_name,
+                           ep->qp_num, ep->cold->peer, ep->cold->probes);
+        }
+    }
 }
 
 /** What flushing @p ep needs: nothing (ok), a marker request, or to wait (no_resource). */
