@@ -39,6 +39,7 @@ packages=(
     build-essential autoconf automake libtool pkg-config ccache
     libspdlog-dev libfmt-dev libhwloc-dev libnuma-dev
     libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
+    bpftrace
     libgtest-dev libgmock-dev
     libopenmpi-dev openmpi-bin
 )
