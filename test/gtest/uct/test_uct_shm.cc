@@ -25,6 +25,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 
 namespace loom::uct::shmtest {
 namespace {
@@ -302,16 +303,31 @@ struct ShortRequest : PendingReq {
     }
 };
 
-TEST(ShmFifo, OneProgressCallRunsABurstOfPendingRequests) {
-    // Queued sends are a burst once the receiver drains: sending one per progress call would
-    // hold a sender's message rate to its progress rate. Order stays FIFO.
-    ShmSide receiver({{"SHM_FIFO_SIZE", "64k"}});
+/** A sender whose endpoint filled a 64 KiB receiver's ring with 8-byte messages. */
+struct FullRing {
+    ShmSide receiver{{"SHM_FIFO_SIZE", "64k"}};
     ShmSide sender;
     Ep* ep = sender.connect_or_throw(receiver.address());
     Inbox inbox;
-    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
     std::size_t filled = 0;
-    while (ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok) ++filled;
+
+    FullRing() {
+        if (receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) != Status::ok) {
+            throw std::runtime_error("set_am_handler failed");
+        }
+        while (ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok) ++filled;
+    }
+};
+
+TEST(ShmFifo, OneProgressCallRunsABurstOfPendingRequests) {
+    // Queued sends are a burst once the receiver drains: sending one per progress call would
+    // hold a sender's message rate to its progress rate. Order stays FIFO.
+    FullRing ring;
+    ShmSide& receiver = ring.receiver;
+    ShmSide& sender = ring.sender;
+    Ep* ep = ring.ep;
+    Inbox& inbox = ring.inbox;
+    const std::size_t filled = ring.filled;
     constexpr std::size_t kQueued = 10;
     std::vector<std::uint64_t> ran;
     std::vector<ShortRequest> requests(kQueued);
@@ -350,13 +366,12 @@ TEST(ShmFifo, ARequestMayQueueAnotherFromThePendingDispatch) {
     // The dispatch holds the endpoint out of the pending list while a request runs; a
     // request that queues another on the same endpoint put it back into that list, and
     // the dispatch then linked it a second time.
-    ShmSide receiver({{"SHM_FIFO_SIZE", "64k"}});
-    ShmSide sender;
-    Ep* ep = sender.connect_or_throw(receiver.address());
-    Inbox inbox;
-    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
-    std::size_t filled = 0;
-    while (ep_am_short(ep, kAmId, 0, nullptr, 0) == Status::ok) ++filled;
+    FullRing ring;
+    ShmSide& receiver = ring.receiver;
+    ShmSide& sender = ring.sender;
+    Ep* ep = ring.ep;
+    Inbox& inbox = ring.inbox;
+    const std::size_t filled = ring.filled;
     std::vector<std::uint64_t> ran;
     ShortRequest behind, added;
     for (auto [req, seq] : {std::pair{&behind, 1u}, {&added, 2u}}) {
