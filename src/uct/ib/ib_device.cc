@@ -21,29 +21,6 @@ log::Component g_log("ib");
 
 namespace {
 
-/** librdmacm's contexts, opened once per process (they stay open while librdmacm is loaded). */
-struct RdmacmDevices {
-    std::vector<ibv_context*> contexts;
-    std::string why_not;  ///< set when rdma_get_devices failed
-};
-
-const RdmacmDevices& rdmacm_devices() {
-    static RdmacmDevices* devices = [] {
-        auto* d = new RdmacmDevices();
-        int n = 0;
-        ibv_context** list = rdma_get_devices(&n);
-        if (list == nullptr) {
-            d->why_not = std::string("rdma_get_devices failed: ") + std::strerror(errno);
-            LOOM_LOG_DIAG("rdma_cm is unavailable ({}); devices are opened without it", d->why_not);
-            return d;
-        }
-        for (int i = 0; i < n; ++i) d->contexts.push_back(list[i]);
-        rdma_free_devices(list);  // frees the array only
-        return d;
-    }();
-    return *devices;
-}
-
 std::string read_sysfs(const std::string& path) {
     std::ifstream in(path);
     std::string line;
@@ -193,14 +170,6 @@ DeviceContext& DeviceContext::operator=(DeviceContext&& other) noexcept {
 }
 
 Result<DeviceContext> DeviceContext::open(const std::string& name) {
-    for (ibv_context* ctx : rdmacm_devices().contexts) {
-        if (name == ibv_get_device_name(ctx->device)) {
-            DeviceContext dc;
-            dc.ctx_ = ctx;
-            dc.owned_ = false;
-            return dc;
-        }
-    }
     int n = 0;
     ibv_device** list = ibv_get_device_list(&n);
     if (list == nullptr) {
@@ -226,6 +195,20 @@ Result<DeviceContext> DeviceContext::open(const std::string& name) {
     dc.ctx_ = ctx;
     dc.owned_ = true;
     return dc;
+}
+
+bool rdmacm_available() {
+    static const bool available = [] {
+        rdma_event_channel* channel = rdma_create_event_channel();
+        if (channel == nullptr) {
+            LOOM_LOG_DIAG("rdma_cm is unavailable (rdma_create_event_channel: {}); rc connects without it",
+                          std::strerror(errno));
+            return false;
+        }
+        rdma_destroy_event_channel(channel);
+        return true;
+    }();
+    return available;
 }
 
 std::vector<std::string> device_names() {

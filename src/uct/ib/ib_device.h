@@ -3,10 +3,11 @@
  * MTU, speed, GID table with types), the device contexts the transports open, and
  * the choice of a GID for RoCE addressing.
  *
- * Device contexts come from librdmacm (rdma_get_devices) when it is usable, so that
- * queue pairs created on our protection domains can be attached to rdma_cm ids
- * (which requires the same ibv_context); otherwise from ibv_open_device, and rdma_cm
- * connections are then unavailable.
+ * Device contexts are always our own (ibv_open_device), never librdmacm's: librdmacm
+ * keeps its contexts for the life of the process, so a child forked after its parent
+ * used rdma_cm would inherit them, and the kernel refuses a forked child's commands on
+ * an inherited verbs file. rdma_cm connections use queue pairs created on our context
+ * (see RcIface::create_qp).
  */
 #pragma once
 
@@ -90,13 +91,17 @@ public:
 
     /** The verbs context. */
     ibv_context* get() const noexcept { return ctx_; }
-    /** True when the context is librdmacm's, so rdma_cm ids can carry our QPs. */
-    bool rdmacm_usable() const noexcept { return !owned_; }
 
 private:
     ibv_context* ctx_ = nullptr;
-    bool owned_ = false;  ///< opened by ibv_open_device (closed here); librdmacm's contexts stay open
+    bool owned_ = false;  ///< opened by open() (closed here)
 };
+
+/**
+ * True when rdma_cm can be used in this process (librdmacm and the kernel's rdma_ucm:
+ * an event channel opens); says why not once, at diagnostic level, when it cannot.
+ */
+bool rdmacm_available();
 
 /** Names of every verbs device here, in the order of ibv_get_device_list(). */
 std::vector<std::string> device_names();

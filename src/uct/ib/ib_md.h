@@ -84,8 +84,8 @@ public:
     ibv_pd* pd() const noexcept { return pd_; }
     /** What the device offers (queried once at open). */
     const DeviceInfo& device() const noexcept { return dev_; }
-    /** True when rdma_cm ids can carry QPs of this md (its context is librdmacm's). */
-    bool rdmacm_usable() const noexcept { return ctx_.rdmacm_usable(); }
+    /** True when rdma_cm connections are possible here (see rdmacm_available). */
+    bool rdmacm_usable() const { return rdmacm_available(); }
 
 private:
     /** A handle given out by mem_reg and not yet released by as many mem_dereg calls. */

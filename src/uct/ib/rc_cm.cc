@@ -36,7 +36,13 @@ rdma_conn_param RcIface::conn_param(const std::vector<std::uint8_t>& priv, std::
     param.initiator_depth = static_cast<std::uint8_t>(initiator_depth);
     param.retry_count = static_cast<std::uint8_t>(config_.retry_count);
     param.rnr_retry_count = static_cast<std::uint8_t>(config_.rnr_retry);
+    param.srq = srq_ != nullptr ? 1 : 0;
     return param;
+}
+
+bool RcIface::cm_on_our_device(const ibv_context* ctx) const {
+    // By name: the id's context is librdmacm's own, never ours (see create_qp).
+    return ctx != nullptr && ibv_get_device_name(ctx->device) == md_->device().name;
 }
 
 RcCmPrivate RcIface::cm_private() const {
@@ -211,7 +217,7 @@ Status RcIface::cm_listen() {
         LOOM_LOG_ERROR("rc/{}: rdma_bind_addr({}) failed: {}", name, ip_->text(), std::strerror(errno));
         return Status::no_device;
     }
-    if (cm_listen_id_->verbs != md_->context()) {
+    if (!cm_on_our_device(cm_listen_id_->verbs)) {
         LOOM_LOG_ERROR("rc/{}: IP address {} belongs to RDMA device {}, not to this one", name, ip_->text(),
                        cm_listen_id_->verbs ? ibv_get_device_name(cm_listen_id_->verbs->device) : "(none)");
         return Status::no_device;
@@ -290,7 +296,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
                    ep->cold->peer, event->status);
     switch (event->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
-        if (event->id->verbs != md_->context()) {
+        if (!cm_on_our_device(event->id->verbs)) {
             cm_set_state(ep, CmState::closed);
             fail_ep(ep, Status::unreachable,
                     fmt::format("the route to {} leaves through device {}", ep->cold->peer,
@@ -326,6 +332,7 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         std::vector<std::uint8_t> priv =
             with_user_priv(cm_private(), ep->cold->user_priv.data(), ep->cold->user_priv.size());
         rdma_conn_param param = conn_param(priv, max_dest_rd_atomic_, max_rd_atomic_);
+        param.qp_num = ep->qp_num;
         if (rdma_connect(event->id, &param) != 0) {
             cm_set_state(ep, CmState::closed);
             std::string why = fmt::format("rdma_connect failed: {}", std::strerror(errno));
@@ -336,7 +343,21 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         cm_set_state(ep, CmState::connecting);
         return;
     }
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+        // InfiniBand and RoCE only (the iWARP kernel moves the QP itself and reports
+        // ESTABLISHED): the QP is ours, not librdmacm's, so its last two steps are ours too,
+        // then rdma_establish sends the RTU.
+        if (Status s = cm_qp_ready(ep, 0, 0); s != Status::ok || rdma_establish(event->id) != 0) {
+            std::string why = s != Status::ok ? std::string("cannot move the queue pair to RTS")
+                                              : fmt::format("rdma_establish failed: {}", std::strerror(errno));
+            cm_set_state(ep, CmState::closed);
+            report_connect_failure(ep, Status::connection_refused, nullptr, 0);
+            fail_ep(ep, Status::connection_refused, why);
+            return;
+        }
+        [[fallthrough]];
     case RDMA_CM_EVENT_ESTABLISHED: {
+        if (ep->cold->cm_state == CmState::connected) return;  // completed by its connect response
         std::uint16_t window = ep->cold->peer_window;
         const bool initiator = ep->cold->cm_state == CmState::connecting;
         const std::uint8_t* user = nullptr;
@@ -436,7 +457,7 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
         refuse(fmt::format("its LOOM_IB_SEG_SIZE is {}, this iface's {}", priv.seg_size, seg_size));
         return;
     }
-    if (id->verbs != md_->context()) {
+    if (!cm_on_our_device(id->verbs)) {
         refuse("it arrived on another device");
         return;
     }
@@ -464,6 +485,12 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     rdma_conn_param param =
         conn_param(ours, std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth),
                    std::min<std::uint32_t>(max_rd_atomic_, event->param.conn.responder_resources));
+    param.qp_num = ep->qp_num;
+    if (cm_qp_ready(ep, param.responder_resources, param.initiator_depth) != Status::ok) {
+        (void)rdma_reject(id, nullptr, 0);
+        close_ep(ep);
+        return;
+    }
     if (rdma_accept(id, &param) != 0) {
         LOOM_LOG_WARN("rc/{}: rdma_accept of {} failed: {}", name, peer, std::strerror(errno));
         close_ep(ep);
@@ -512,7 +539,7 @@ Result<std::unique_ptr<Listener>> RcIface::listen(const ListenParams& params) {
         return fail(err == EADDRINUSE ? Status::busy : Status::invalid_address,
                     fmt::format("rdma_bind_addr failed: {}", std::strerror(err)));
     }
-    if (id->verbs != nullptr && id->verbs != md_->context()) {
+    if (id->verbs != nullptr && !cm_on_our_device(id->verbs)) {
         return fail(Status::invalid_address, fmt::format("the address belongs to RDMA device {}, not to this one",
                                                          ibv_get_device_name(id->verbs->device)));
     }
@@ -576,7 +603,7 @@ void RcIface::cm_listener_request(RcListener* listener, rdma_cm_event* event, rd
         refuse(fmt::format("its LOOM_IB_SEG_SIZE is {}, this iface's {}", header.seg_size, seg_size));
         return;
     }
-    if (id->verbs != md_->context()) {
+    if (!cm_on_our_device(id->verbs)) {
         refuse("it arrived on another device");
         return;
     }
@@ -621,7 +648,11 @@ Result<RcEp*> RcIface::cm_accept_request(RcConnRequest* request, const EpParams&
         std::vector<std::uint8_t> buf = with_user_priv(cm_private(), params.priv_data, params.priv_len);
         rdma_conn_param param =
             conn_param(buf, std::min<std::uint32_t>(max_dest_rd_atomic_, max_rd_atomic_), max_rd_atomic_);
-        if (rdma_accept(id, &param) != 0) {
+        param.qp_num = ep->qp_num;
+        status = cm_qp_ready(ep, param.responder_resources, param.initiator_depth);
+        if (status != Status::ok) {
+            (void)rdma_reject(id, nullptr, 0);
+        } else if (rdma_accept(id, &param) != 0) {
             LOOM_LOG_ERROR("rc/{}: rdma_accept of {} failed: {}", name, request->peer_text, std::strerror(errno));
             status = Status::io_error;
         }

@@ -613,24 +613,61 @@ Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive) {
 }
 
 Status RcIface::create_qp(RcEp* ep, rdma_cm_id* cm_id) {
+    // Always on our own context and protection domain, also for rdma_cm connections (whose
+    // ids carry librdmacm's context of the same device): librdmacm opens its contexts once
+    // per process, so a child forked after the parent used rdma_cm inherits them, and the
+    // kernel refuses a forked child's commands on an inherited verbs file (EACCES).
     ibv_qp_init_attr attr = qp_init_attr(max_inline);
-    if (cm_id != nullptr) {
-        if (rdma_create_qp(cm_id, md_->pd(), &attr) != 0) {
-            LOOM_LOG_ERROR("rc/{}: rdma_create_qp failed: {}", resource().dev_name, std::strerror(errno));
-            return Status::no_resource;
-        }
-        ep->qp = cm_id->qp;
-        ep->cold->cm_id = cm_id;
-    } else {
-        ep->qp = ibv_create_qp(md_->pd(), &attr);
-        if (ep->qp == nullptr) {
-            LOOM_LOG_ERROR("rc/{}: ibv_create_qp failed: {}", resource().dev_name, std::strerror(errno));
-            return Status::no_resource;
-        }
+    ep->qp = ibv_create_qp(md_->pd(), &attr);
+    if (ep->qp == nullptr) {
+        LOOM_LOG_ERROR("rc/{}: ibv_create_qp failed: {}", resource().dev_name, std::strerror(errno));
+        return Status::no_resource;
     }
     ep->qp_num = ep->qp->qp_num;
     qp_map_[ep->qp_num] = ep;
+    if (cm_id != nullptr) {
+        ep->cold->cm_id = cm_id;
+        return cm_qp_to(ep, IBV_QPS_INIT, 0);
+    }
     return Status::ok;
+}
+
+Status RcIface::cm_qp_to(RcEp* ep, ibv_qp_state state, std::uint32_t rd_atomic) {
+    ibv_qp_attr attr{};
+    int mask = 0;
+    attr.qp_state = state;
+    if (rdma_init_qp_attr(ep->cold->cm_id, &attr, &mask) != 0) {
+        LOOM_LOG_ERROR("rc/{}: QP {:#x}: rdma_init_qp_attr({}) failed: {}", resource().dev_name, ep->qp_num,
+                       static_cast<int>(state), std::strerror(errno));
+        return Status::io_error;
+    }
+    if (state == IBV_QPS_INIT) {
+        // Before the connection exists rdma_cm grants no remote access; the peer's reads,
+        // writes and atomics need it from the start.
+        attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        if (atomics_) attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    } else if (state == IBV_QPS_RTR) {
+        // rdma_ucm reports RoCE-only attribute bits on InfiniBand ports too (librdmacm masks them).
+        if (!port_.ethernet()) mask &= ~0xe00000;
+        if (rd_atomic != 0) attr.max_dest_rd_atomic = static_cast<std::uint8_t>(rd_atomic);
+    } else if (state == IBV_QPS_RTS && rd_atomic != 0) {
+        attr.max_rd_atomic = static_cast<std::uint8_t>(rd_atomic);
+    }
+    if (int rc = ibv_modify_qp(ep->qp, &attr, mask); rc != 0) {
+        LOOM_LOG_ERROR("rc/{}: QP {:#x} to state {} failed: {}", resource().dev_name, ep->qp_num,
+                       static_cast<int>(state), std::strerror(rc));
+        return Status::io_error;
+    }
+    return Status::ok;
+}
+
+Status RcIface::cm_qp_ready(RcEp* ep, std::uint32_t responder_resources, std::uint32_t initiator_depth) {
+    // INIT again: once the connection exists rdma_cm's attributes (access, port, pkey) are final.
+    Status s = cm_qp_to(ep, IBV_QPS_INIT, 0);
+    if (s == Status::ok) s = cm_qp_to(ep, IBV_QPS_RTR, responder_resources);
+    if (s == Status::ok) s = cm_qp_to(ep, IBV_QPS_RTS, initiator_depth);
+    return s;
 }
 
 Status RcIface::qp_to_init(RcEp* ep) {
@@ -934,11 +971,7 @@ void RcIface::abandon_ep(RcEp* ep) {
 void RcIface::delete_ep(RcEp* ep) {
     if (ep->qp != nullptr) {
         qp_map_.erase(ep->qp_num);
-        if (ep->cold->cm_id != nullptr) {
-            rdma_destroy_qp(ep->cold->cm_id);
-        } else {
-            (void)ibv_destroy_qp(ep->qp);
-        }
+        (void)ibv_destroy_qp(ep->qp);
         ep->qp = nullptr;
     }
     if (ep->cold->cm_id != nullptr) (void)rdma_destroy_id(ep->cold->cm_id);

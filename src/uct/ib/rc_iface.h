@@ -194,6 +194,16 @@ private:
     Result<RcEp*> new_ep(const EpParams& params, bool passive);
     Status create_qp(RcEp* ep, rdma_cm_id* cm_id);
     Status qp_to_init(RcEp* ep);
+    /**
+     * Moves an rdma_cm endpoint's QP to @p state with rdma_cm's attributes (we own the QP,
+     * so librdmacm does not); @p rd_atomic, when not 0, overrides the RTR responder
+     * resources or the RTS initiator depth.
+     */
+    Status cm_qp_to(RcEp* ep, ibv_qp_state state, std::uint32_t rd_atomic);
+    /** INIT, RTR and RTS for an rdma_cm endpoint: before rdma_accept, or on the connect response. */
+    Status cm_qp_ready(RcEp* ep, std::uint32_t responder_resources, std::uint32_t initiator_depth);
+    /** True when @p ctx (an rdma_cm id's context) is a context of this iface's device. */
+    bool cm_on_our_device(const ibv_context* ctx) const;
     void qp_to_error(RcEp* ep);
     void connected(RcEp* ep, std::uint16_t peer_window);
     void discard_ops(RcEp* ep);

@@ -248,10 +248,6 @@ bool warm_up(Side& me, bool first) {
  */
 TEST_P(UcpMultiProcTest, ReceiverKilledAfterItsPutRtr) {
     const char* tls = GetParam();
-    if (std::string(tls).rfind("rc", 0) == 0) {
-        GTEST_SKIP() << "NOT TESTED over rc: this test's two processes fail their first 8-byte exchange "
-                        "there (post_send EACCES, then the connection resets; docs/notes.md), an open rc bug";
-    }
     for (const char* scheme : {"put_zcopy", "get_put"}) {
         SCOPED_TRACE(scheme);
         loom::test::ScopedEnv env("LOOM_RNDV_SCHEME", scheme);  // both processes
@@ -309,10 +305,6 @@ TEST_P(UcpMultiProcTest, ReceiverKilledAfterItsPutRtr) {
  */
 TEST_P(UcpMultiProcTest, SenderKilledBeforeItsPutsFailsTheReceive) {
     const char* tls = GetParam();
-    if (std::string(tls).rfind("rc", 0) == 0) {
-        GTEST_SKIP() << "NOT TESTED over rc: this test's two processes fail their first 8-byte exchange "
-                        "there (post_send EACCES, then the connection resets; docs/notes.md), an open rc bug";
-    }
     for (const char* scheme : {"put_zcopy", "get_put"}) {
         SCOPED_TRACE(scheme);
         loom::test::ScopedEnv env("LOOM_RNDV_SCHEME", scheme);
