@@ -409,7 +409,18 @@ Status run_stream_client(const Params& params, RmaUcp& ucp, Region& local, const
     std::unique_ptr<Meter> meter;
     std::uint32_t next = 0;  // the slot of operation i (i % window, without a division per operation)
     for (std::uint64_t i = 0; i < total; ++i) {
-        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
+        if (i == params.warmup) {
+            // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
+            for (loom_status_ptr_t& r : inflight) {
+                loom_status_t s = ucp.wait(r);
+                r = nullptr;
+                if (s != LOOM_OK) {
+                    drop_all();
+                    return fail_wait(params, what, s);
+                }
+            }
+            meter = std::make_unique<Meter>(params, out, false);
+        }
         loom_status_ptr_t& slot = inflight[next];
         next = next + 1 == window ? 0 : next + 1;
         if (slot != nullptr) {  // the operation `window` ago: wait until it completed

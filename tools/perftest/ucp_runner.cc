@@ -442,7 +442,18 @@ Status run_bw_client(Ucp& ucp, const Params& params, bool loopback, const Output
     };
     std::unique_ptr<Meter> meter;
     for (std::uint64_t i = 0; i < total; ++i) {
-        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
+        if (i == params.warmup) {
+            // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
+            for (loom_status_ptr_t& r : inflight) {
+                loom_status_t s = ucp.wait(r, hook);
+                r = nullptr;
+                if (s != LOOM_OK) {
+                    drop_all();
+                    return hook_failed(s, "loom_tag_send_nbx");
+                }
+            }
+            meter = std::make_unique<Meter>(params, out, false);
+        }
         loom_status_ptr_t& slot = inflight[i % window];
         if (slot != nullptr) {  // the send `window` messages ago: wait until it left
             loom_status_t s = ucp.wait(slot, hook);
@@ -814,7 +825,18 @@ Status run_am_stream_bw(Ucp& ucp, const Params& params, Role role, const OutputO
     };
     std::unique_ptr<Meter> meter;
     for (std::uint64_t i = 0; i < total; ++i) {
-        if (i == params.warmup) meter = std::make_unique<Meter>(params, out, false);
+        if (i == params.warmup) {
+            // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
+            for (loom_status_ptr_t& r : inflight) {
+                loom_status_t s = ucp.wait(r, hook);
+                r = nullptr;
+                if (s != LOOM_OK) {
+                    drop_all();
+                    return hook_failed(s, ops.send_name());
+                }
+            }
+            meter = std::make_unique<Meter>(params, out, false);
+        }
         loom_status_ptr_t& slot = inflight[i % window];
         if (slot != nullptr) {
             loom_status_t s = ucp.wait(slot, hook);
