@@ -72,6 +72,7 @@ if [ ! -f "$module_dir/libloom_uct_ib.so" ]; then
 fi
 [ -x "$gtest" ] || failed "$gtest is missing (run make check first)"
 [ -x "$gtest_ucp" ] || failed "$gtest_ucp is missing (run make check first)"
+[ -x "$build/tools/perftest/loom_perftest" ] || failed "$build/tools/perftest/loom_perftest is missing (run make first)"
 
 # Then the protocol layer's suites over rc (the Verbs/* instances), once per device kind:
 # the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
@@ -91,6 +92,32 @@ suite_script='
             LOOMTEST_UCP_VERBS=1 LOOM_IB_CM=verbs LOOM_NET_DEVICES=$dev,lo "$4" --gtest_filter="Verbs/*" || rc=1
             ;;
         esac
+    done
+    # loom_perftest between two processes over rc, as a user runs it (a server, then a
+    # client naming it): a case passes when the client prints its Final: line and both exit 0.
+    final="^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+"
+    for dev in $devices; do
+        echo "== loom_perftest, server and client over rc on $dev"
+        for t in "tag_lat" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_sync_lat" "ucp_am_lat" \
+                 "stream_bw -s 65536" "ucp_put_lat" "ucp_put_bw -s 1048576" "ucp_get -s 65536 -O 4"; do
+            name="LoomPerftest.rc_${dev%%:*}_$(echo "$t" | tr " -" "__")"
+            port=$((20000 + RANDOM % 12000))
+            LOOM_TLS=rc LOOM_NET_DEVICES=$dev timeout 120 "$6" -p $port > /dev/null 2> perftest_server.err &
+            server=$!
+            out=$(LOOM_TLS=rc LOOM_NET_DEVICES=$dev timeout 120 "$6" 127.0.0.1 -p $port -t $t -n 200 -w 10 -f 2>&1)
+            cli=$?
+            wait $server
+            srv=$?
+            if [ $cli -eq 0 ] && [ $srv -eq 0 ] && printf "%s\n" "$out" | grep -Eq -- "$final"; then
+                echo "[       OK ] $name (0 ms)"
+            else
+                printf "%s\n" "$out" | tail -5 | sed "s/^/  client| /"
+                tail -5 perftest_server.err | sed "s/^/  server| /"
+                echo "[  FAILED  ] $name, client exit $cli, server exit $srv (0 ms)"
+                rc=1
+            fi
+        done
+        rm -f perftest_server.err
     done
     # soft-iWARP accepts a connection by sending its MPA reply and only then reading the
     # socket for the queue pair: an initiator frame that arrives in between waits unread
@@ -120,7 +147,8 @@ suite_script='
     fi
     exit $rc'
 suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
-           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$top/test/rdma/siw_accept_window.bt")
+           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$top/test/rdma/siw_accept_window.bt"
+           "$build/tools/perftest/loom_perftest")
 
 case $build in
     */sanitize) label="the AddressSanitizer+UBSan build" ;;
