@@ -231,6 +231,16 @@ public:
         return s;
     }
 
+    /** Waits for the requests of @p reqs in turn, emptying their slots; stops at the first failure. */
+    loom_status_t wait_all(std::vector<loom_status_ptr_t>& reqs) {
+        for (loom_status_ptr_t& r : reqs) {
+            loom_status_t s = wait(r);
+            r = nullptr;
+            if (s != LOOM_OK) return s;
+        }
+        return LOOM_OK;
+    }
+
     /** One progress call; the peer's failure when the endpoint's error handler reported one. */
     loom_status_t progress_once() {
         (void)loom_worker_progress(worker_);
@@ -411,13 +421,9 @@ Status run_stream_client(const Params& params, RmaUcp& ucp, Region& local, const
     for (std::uint64_t i = 0; i < total; ++i) {
         if (i == params.warmup) {
             // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
-            for (loom_status_ptr_t& r : inflight) {
-                loom_status_t s = ucp.wait(r);
-                r = nullptr;
-                if (s != LOOM_OK) {
-                    drop_all();
-                    return fail_wait(params, what, s);
-                }
+            if (loom_status_t s = ucp.wait_all(inflight); s != LOOM_OK) {
+                drop_all();
+                return fail_wait(params, what, s);
             }
             meter = std::make_unique<Meter>(params, out, false);
         }
@@ -448,13 +454,9 @@ Status run_stream_client(const Params& params, RmaUcp& ucp, Region& local, const
         }
         if (meter) meter->sample(i - params.warmup, ucs::get_time(), 0);
     }
-    for (loom_status_ptr_t& slot : inflight) {
-        loom_status_t s = ucp.wait(slot);
-        slot = nullptr;
-        if (s != LOOM_OK) {
-            drop_all();
-            return fail_wait(params, what, s);
-        }
+    if (loom_status_t s = ucp.wait_all(inflight); s != LOOM_OK) {
+        drop_all();
+        return fail_wait(params, what, s);
     }
     // Puts and posted adds are complete when they are at the target.
     if (params.test != TestKind::ucp_get) {

@@ -183,6 +183,17 @@ public:
         return wait(r, [] { return LOOM_OK; });
     }
 
+    /** Waits for the requests of @p reqs in turn, emptying their slots; stops at the first failure. */
+    template <typename Hook>
+    loom_status_t wait_all(std::vector<loom_status_ptr_t>& reqs, Hook hook) {
+        for (loom_status_ptr_t& r : reqs) {
+            loom_status_t s = wait(r, hook);
+            r = nullptr;
+            if (s != LOOM_OK) return s;
+        }
+        return LOOM_OK;
+    }
+
     /** True when @p r (from an _nbx call) is no longer running; error statuses count as done. */
     static bool done(loom_status_ptr_t r) {
         return !LOOM_PTR_IS_PTR(r) || loom_request_check_status(r) != LOOM_INPROGRESS;
@@ -444,13 +455,9 @@ Status run_bw_client(Ucp& ucp, const Params& params, bool loopback, const Output
     for (std::uint64_t i = 0; i < total; ++i) {
         if (i == params.warmup) {
             // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
-            for (loom_status_ptr_t& r : inflight) {
-                loom_status_t s = ucp.wait(r, hook);
-                r = nullptr;
-                if (s != LOOM_OK) {
-                    drop_all();
-                    return hook_failed(s, "loom_tag_send_nbx");
-                }
+            if (loom_status_t s = ucp.wait_all(inflight, hook); s != LOOM_OK) {
+                drop_all();
+                return hook_failed(s, "loom_tag_send_nbx");
             }
             meter = std::make_unique<Meter>(params, out, false);
         }
@@ -481,13 +488,9 @@ Status run_bw_client(Ucp& ucp, const Params& params, bool loopback, const Output
             meter->sample(i - params.warmup, now, 0);
         }
     }
-    for (loom_status_ptr_t& slot : inflight) {
-        loom_status_t s = ucp.wait(slot, hook);
-        slot = nullptr;
-        if (s != LOOM_OK) {
-            drop_all();
-            return hook_failed(s, "loom_tag_send_nbx");
-        }
+    if (loom_status_t s = ucp.wait_all(inflight, hook); s != LOOM_OK) {
+        drop_all();
+        return hook_failed(s, "loom_tag_send_nbx");
     }
     loom_status_t s = ucp.wait(ack, hook);
     ack = nullptr;
@@ -827,13 +830,9 @@ Status run_am_stream_bw(Ucp& ucp, const Params& params, Role role, const OutputO
     for (std::uint64_t i = 0; i < total; ++i) {
         if (i == params.warmup) {
             // The warm-up ends before the clock starts (as ucx_perftest's, which runs apart).
-            for (loom_status_ptr_t& r : inflight) {
-                loom_status_t s = ucp.wait(r, hook);
-                r = nullptr;
-                if (s != LOOM_OK) {
-                    drop_all();
-                    return hook_failed(s, ops.send_name());
-                }
+            if (loom_status_t s = ucp.wait_all(inflight, hook); s != LOOM_OK) {
+                drop_all();
+                return hook_failed(s, ops.send_name());
             }
             meter = std::make_unique<Meter>(params, out, false);
         }
@@ -859,13 +858,9 @@ Status run_am_stream_bw(Ucp& ucp, const Params& params, Role role, const OutputO
         }
         if (meter) meter->sample(i - params.warmup, ucs::get_time(), 0);
     }
-    for (loom_status_ptr_t& slot : inflight) {
-        loom_status_t s = ucp.wait(slot, hook);
-        slot = nullptr;
-        if (s != LOOM_OK) {
-            drop_all();
-            return hook_failed(s, ops.send_name());
-        }
+    if (loom_status_t s = ucp.wait_all(inflight, hook); s != LOOM_OK) {
+        drop_all();
+        return hook_failed(s, ops.send_name());
     }
     loom_status_t s;
     if (ops.am()) {
