@@ -25,6 +25,7 @@
  * worker made no progress, or at once when the endpoint to the peer fails.
  */
 #include "perftest.h"
+#include "ucp_session.h"
 
 #include "ucs/type/result.h"
 
@@ -43,30 +44,7 @@ namespace {
 
 constexpr loom_tag_t kTagDone = 0x1337a890u;     ///< client -> server: the test is over
 constexpr loom_tag_t kTagVerdict = 0x1337a891u;  ///< server -> client: 1 when its data checked out
-constexpr double kTimeoutSec = 60.0;
 
-Status fail(const Params& params, const char* what, loom_status_t status) {
-    std::fprintf(stderr, "loom_perftest: %s: %s failed: %s\n", test_name(params.test), what,
-                 loom_status_string(status));
-    return static_cast<Status>(status);
-}
-
-/** A failed wait: names the operation, and says so when it was the timeout or the peer. */
-Status fail_wait(const Params& params, const char* what, loom_status_t s) {
-    if (s == LOOM_ERR_TIMED_OUT) {
-        std::fprintf(stderr, "loom_perftest: %s: %s did not complete: no progress for %.0f s (peer gone?)\n",
-                     test_name(params.test), what, kTimeoutSec);
-        return Status::timed_out;
-    }
-    if (s == LOOM_ERR_ENDPOINT_FAILURE || s == LOOM_ERR_CONNECTION_RESET || s == LOOM_ERR_PEER_TIMEOUT) {
-        std::fprintf(stderr, "loom_perftest: %s: %s failed: the peer is gone (%s)\n", test_name(params.test),
-                     what, loom_status_string(s));
-        return static_cast<Status>(s);
-    }
-    return fail(params, what, s);
-}
-
-/** The byte the puts of iteration-independent tests write at @p i. */
 std::uint8_t pattern_byte(std::size_t i) {
     return static_cast<std::uint8_t>((i * 7 + 3) & 0xff);
 }
@@ -79,72 +57,22 @@ struct Region {
 };
 
 /** Context, worker, endpoint, mapped buffers and the peer's keys. */
-class RmaUcp {
+class RmaUcp : public UcpSession {
 public:
-    explicit RmaUcp(const Params& params) : params_(params), timeout_(ucs::sec_to_ticks(kTimeoutSec)) {
-        regions_.reserve(kMaxRegions);
-    }
+    explicit RmaUcp(const Params& params) : UcpSession(params) { regions_.reserve(kMaxRegions); }
 
     /** Buffers a test maps at most (loopback put_lat: two per side). */
     static constexpr std::size_t kMaxRegions = 4;
 
     ~RmaUcp() {
         for (loom_rkey_h k : rkeys_) loom_rkey_destroy(k);
-        if (ep_ != nullptr) {
-            loom_request_param_t force{};
-            force.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            force.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            void* r = loom_ep_close_nbx(ep_, &force);
-            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
-        }
-        for (Region& r : regions_) (void)loom_mem_unmap(context_, r.memh);
-        if (address_ != nullptr) loom_worker_release_address(worker_, address_);
-        if (worker_ != nullptr) loom_worker_destroy(worker_);
-        if (context_ != nullptr) loom_cleanup(context_);
+        force_close();  // before the memory its outstanding operations may still use
+        for (Region& r : regions_) (void)loom_mem_unmap(context(), r.memh);
     }
-    RmaUcp(const RmaUcp&) = delete;
-    RmaUcp& operator=(const RmaUcp&) = delete;
 
+    /** The context with tags, RMA and atomics, and the worker. */
     Status open() {
-        if (!params_.tl.empty() && ::setenv("LOOM_TLS", params_.tl.c_str(), 1) != 0) {
-            std::fprintf(stderr, "loom_perftest: cannot set LOOM_TLS\n");
-            return Status::no_memory;
-        }
-        loom_params_t cp{};
-        cp.field_mask = LOOM_PARAM_FIELD_FEATURES | LOOM_PARAM_FIELD_NAME;
-        cp.features = LOOM_FEATURE_TAG | LOOM_FEATURE_RMA | LOOM_FEATURE_AMO32 | LOOM_FEATURE_AMO64;
-        cp.name = "loom_perftest";
-        if (loom_status_t s = loom_init(&cp, &context_); s != LOOM_OK) return fail(params_, "loom_init", s);
-        loom_worker_params_t wp{};
-        wp.field_mask = LOOM_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = LOOM_THREAD_MODE_SINGLE;
-        if (loom_status_t s = loom_worker_create(context_, &wp, &worker_); s != LOOM_OK) {
-            return fail(params_, "loom_worker_create", s);
-        }
-        if (loom_status_t s = loom_worker_get_address(worker_, &address_, &address_length_); s != LOOM_OK) {
-            return fail(params_, "loom_worker_get_address", s);
-        }
-        return Status::ok;
-    }
-
-    std::vector<std::uint8_t> address() const {
-        auto* p = static_cast<const std::uint8_t*>(address_);
-        return {p, p + address_length_};
-    }
-
-    Status connect(const void* peer_address) {
-        loom_ep_params_t ep{};
-        ep.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
-        ep.address = peer_address;
-        ep.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t status) {
-            static_cast<RmaUcp*>(arg)->peer_failure_ = status;
-        };
-        ep.err_handler.arg = this;
-        if (loom_status_t s = loom_ep_create(worker_, &ep, &ep_); s != LOOM_OK) {
-            ep_ = nullptr;
-            return fail(params_, "loom_ep_create", s);
-        }
-        return Status::ok;
+        return UcpSession::open(LOOM_FEATURE_TAG | LOOM_FEATURE_RMA | LOOM_FEATURE_AMO32 | LOOM_FEATURE_AMO64);
     }
 
     /** Maps @p length bytes (at least 64) allocated by Loom, filled with @p fill. */
@@ -155,7 +83,7 @@ public:
         mp.flags = LOOM_MEM_MAP_ALLOCATE;
         if (regions_.size() == kMaxRegions) return Status::exceeds_limit;
         Region r;
-        if (loom_status_t s = loom_mem_map(context_, &mp, &r.memh); s != LOOM_OK)
+        if (loom_status_t s = loom_mem_map(context(), &mp, &r.memh); s != LOOM_OK)
             return fail(params_, "loom_mem_map", s);
         loom_mem_attr_t a{};
         a.field_mask = LOOM_MEM_ATTR_FIELD_ADDRESS | LOOM_MEM_ATTR_FIELD_LENGTH;
@@ -171,7 +99,7 @@ public:
     Result<std::vector<std::uint8_t>> describe(const Region& r) {
         void* key;
         std::size_t key_length;
-        if (loom_status_t s = loom_rkey_pack(context_, r.memh, &key, &key_length); s != LOOM_OK) {
+        if (loom_status_t s = loom_rkey_pack(context(), r.memh, &key, &key_length); s != LOOM_OK) {
             return fail(params_, "loom_rkey_pack", s);
         }
         std::vector<std::uint8_t> blob(8 + key_length);
@@ -190,61 +118,12 @@ public:
             return Status::invalid_param;
         }
         std::memcpy(&address, blob.data(), 8);
-        if (loom_status_t s = loom_ep_rkey_unpack(ep_, blob.data() + 8, blob.size() - 8, &rkey);
+        if (loom_status_t s = loom_ep_rkey_unpack(ep(), blob.data() + 8, blob.size() - 8, &rkey);
             s != LOOM_OK) {
             return fail(params_, "loom_ep_rkey_unpack", s);
         }
         rkeys_.push_back(rkey);
         return Status::ok;
-    }
-
-    /** Progresses until @p done(); LOOM_ERR_TIMED_OUT after kTimeoutSec without progress. */
-    template <typename Done>
-    loom_status_t progress_until(Done done) {
-        ucs::Ticks idle_since = 0;
-        unsigned spins = 0;
-        while (!done()) {
-            if (__builtin_expect(peer_failure_ != LOOM_OK, 0)) return peer_failure_;
-            if (loom_worker_progress(worker_) != 0) {
-                idle_since = 0;
-                spins = 0;
-            } else if (++spins >= 1024) {
-                spins = 0;
-                ucs::Ticks now = ucs::get_time();
-                if (idle_since == 0) {
-                    idle_since = now;
-                } else if (now - idle_since > timeout_) {
-                    return LOOM_ERR_TIMED_OUT;
-                }
-            }
-        }
-        return LOOM_OK;
-    }
-
-    /** Waits for what an _nbx call returned and frees the request. */
-    loom_status_t wait(loom_status_ptr_t r) {
-        if (r == nullptr) return LOOM_OK;
-        if (LOOM_PTR_IS_ERR(r)) return LOOM_PTR_STATUS(r);
-        loom_status_t s = progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; });
-        if (s == LOOM_OK) s = loom_request_check_status(r);
-        loom_request_free(r);
-        return s;
-    }
-
-    /** Waits for the requests of @p reqs in turn, emptying their slots; stops at the first failure. */
-    loom_status_t wait_all(std::vector<loom_status_ptr_t>& reqs) {
-        for (loom_status_ptr_t& r : reqs) {
-            loom_status_t s = wait(r);
-            r = nullptr;
-            if (s != LOOM_OK) return s;
-        }
-        return LOOM_OK;
-    }
-
-    /** One progress call; the peer's failure when the endpoint's error handler reported one. */
-    loom_status_t progress_once() {
-        (void)loom_worker_progress(worker_);
-        return peer_failure_;
     }
 
     /** Polls the byte at @p p (progressing) until it reads @p value. */
@@ -254,38 +133,24 @@ public:
 
     loom_status_t send_word(std::uint64_t value, loom_tag_t tag) {
         word_out_ = value;
-        return wait(loom_tag_send_nbx(ep_, &word_out_, sizeof(word_out_), tag, nullptr));
+        return wait(loom_tag_send_nbx(ep(), &word_out_, sizeof(word_out_), tag, nullptr));
     }
 
     loom_status_t recv_word(std::uint64_t& value, loom_tag_t tag) {
-        return wait(loom_tag_recv_nbx(worker_, &value, sizeof(value), tag, ~loom_tag_t{0}, nullptr));
+        return wait(loom_tag_recv_nbx(worker(), &value, sizeof(value), tag, ~loom_tag_t{0}, nullptr));
     }
 
-    /** Closes the endpoint after flushing it. */
+    /** Closes the endpoint after flushing it (the peer's keys first). */
     Status close() {
-        if (ep_ == nullptr) return Status::ok;
         for (loom_rkey_h k : rkeys_) loom_rkey_destroy(k);
         rkeys_.clear();
-        loom_status_ptr_t r = loom_ep_close_nbx(ep_, nullptr);
-        ep_ = nullptr;
-        if (loom_status_t s = wait(r); s != LOOM_OK) return fail(params_, "loom_ep_close_nbx", s);
-        return Status::ok;
+        return UcpSession::close();
     }
 
-    loom_ep_h ep() const { return ep_; }
-
 private:
-    const Params& params_;
-    ucs::Ticks timeout_;
-    loom_context_h context_ = nullptr;
-    loom_worker_h worker_ = nullptr;
-    loom_ep_h ep_ = nullptr;
-    void* address_ = nullptr;
-    std::size_t address_length_ = 0;
     std::vector<loom_rkey_h> rkeys_;
     std::vector<Region> regions_;  ///< reserved up front: map() hands out pointers into it
     std::uint64_t word_out_ = 0;
-    loom_status_t peer_failure_ = LOOM_OK;
 };
 
 /** Both sides' view of one test: where the peer's buffer is. */

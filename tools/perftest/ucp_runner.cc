@@ -29,6 +29,7 @@
  * arrays sized once. Every wait gives up after 60 s in which the worker made no progress.
  */
 #include "perftest.h"
+#include "ucp_session.h"
 
 #include <loom/ucp.h>
 
@@ -47,15 +48,7 @@ constexpr loom_tag_t kTagPing = 0x1337a880u;  ///< client -> server data (ucx_pe
 constexpr loom_tag_t kTagPong = 0x1337a881u;  ///< server -> client (latency tests)
 constexpr loom_tag_t kTagAck = 0x1337a882u;   ///< server -> client: tag_bw received everything
 constexpr loom_tag_t kFullMask = ~loom_tag_t{0};
-constexpr double kTimeoutSec = 60.0;
 constexpr std::uint32_t kDefaultBwOutstanding = 32;
-
-/** One line on stderr naming the operation and the status; returns the status as a loom::Status. */
-Status fail(const Params& params, const char* what, loom_status_t status) {
-    std::fprintf(stderr, "loom_perftest: %s: %s failed: %s\n", test_name(params.test), what,
-                 loom_status_string(status));
-    return static_cast<Status>(status);
-}
 
 /** A buffer aligned to a page; never empty, so a zero-size message has a valid pointer. */
 struct Buffer {
@@ -72,126 +65,19 @@ struct Buffer {
     Buffer& operator=(const Buffer&) = delete;
 };
 
-/** Context, worker, endpoint to the peer, and the waits on requests. */
-class Ucp {
+/** The session, with the tagged send and receive the tag tests use. */
+class Ucp : public UcpSession {
 public:
-    explicit Ucp(const Params& params)
-        : params_(params), timeout_(ucs::sec_to_ticks(kTimeoutSec)) {}
+    explicit Ucp(const Params& params) : UcpSession(params) {}
 
-    ~Ucp() {
-        if (ep_ != nullptr) {
-            loom_request_param_t force{};  // after a failure: drop what is outstanding
-            force.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            force.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            void* r = loom_ep_close_nbx(ep_, &force);
-            if (LOOM_PTR_IS_PTR(r)) loom_request_free(r);
-        }
-        if (address_ != nullptr) loom_worker_release_address(worker_, address_);
-        if (worker_ != nullptr) loom_worker_destroy(worker_);
-        if (context_ != nullptr) loom_cleanup(context_);
-    }
-    Ucp(const Ucp&) = delete;
-    Ucp& operator=(const Ucp&) = delete;
-
+    /** The context with the feature the test needs (tag, am or stream), and the worker. */
     Status open() {
-        if (!params_.tl.empty() && ::setenv("LOOM_TLS", params_.tl.c_str(), 1) != 0) {
-            std::fprintf(stderr, "loom_perftest: cannot set LOOM_TLS\n");
-            return Status::no_memory;
-        }
-        loom_params_t cp{};
-        cp.field_mask = LOOM_PARAM_FIELD_FEATURES | LOOM_PARAM_FIELD_NAME;
-        cp.features = LOOM_FEATURE_TAG;
-        if (params_.test == TestKind::ucp_am_lat || params_.test == TestKind::ucp_am_bw) cp.features = LOOM_FEATURE_AM;
+        std::uint64_t features = LOOM_FEATURE_TAG;
+        if (params_.test == TestKind::ucp_am_lat || params_.test == TestKind::ucp_am_bw) features = LOOM_FEATURE_AM;
         if (params_.test == TestKind::stream_lat || params_.test == TestKind::stream_bw) {
-            cp.features = LOOM_FEATURE_STREAM;
+            features = LOOM_FEATURE_STREAM;
         }
-        cp.name = "loom_perftest";
-        if (loom_status_t s = loom_init(&cp, &context_); s != LOOM_OK) return fail(params_, "loom_init", s);
-        loom_worker_params_t wp{};
-        wp.field_mask = LOOM_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = LOOM_THREAD_MODE_SINGLE;
-        if (loom_status_t s = loom_worker_create(context_, &wp, &worker_); s != LOOM_OK) {
-            return fail(params_, "loom_worker_create", s);
-        }
-        if (loom_status_t s = loom_worker_get_address(worker_, &address_, &address_length_); s != LOOM_OK) {
-            return fail(params_, "loom_worker_get_address", s);
-        }
-        return Status::ok;
-    }
-
-    std::vector<std::uint8_t> address() const {
-        auto* p = static_cast<const std::uint8_t*>(address_);
-        return {p, p + address_length_};
-    }
-
-    Status connect(const void* peer_address) {
-        loom_ep_params_t ep{};
-        ep.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_ERR_HANDLER;
-        ep.address = peer_address;
-        // A transport that sees the peer die (shm, tcp) fails the endpoint: stop at once
-        // instead of waiting for the timeout (a posted receive from any source does not fail).
-        ep.err_handler.cb = [](void* arg, loom_ep_h, loom_status_t status) {
-            static_cast<Ucp*>(arg)->peer_failure_ = status;
-        };
-        ep.err_handler.arg = this;
-        if (loom_status_t s = loom_ep_create(worker_, &ep, &ep_); s != LOOM_OK) {
-            ep_ = nullptr;
-            return fail(params_, "loom_ep_create", s);
-        }
-        return Status::ok;
-    }
-
-    /**
-     * Progresses until @p done(), calling @p hook (the loopback server's step) between
-     * progress calls; LOOM_ERR_TIMED_OUT after kTimeoutSec without progress.
-     */
-    template <typename Done, typename Hook>
-    loom_status_t progress_until(Done done, Hook hook) {
-        ucs::Ticks idle_since = 0;
-        unsigned spins = 0;
-        while (!done()) {
-            if (__builtin_expect(peer_failure_ != LOOM_OK, 0)) return peer_failure_;
-            if (loom_worker_progress(worker_) != 0) {
-                idle_since = 0;
-                spins = 0;
-            } else if (++spins >= 1024) {
-                spins = 0;
-                ucs::Ticks now = ucs::get_time();
-                if (idle_since == 0) {
-                    idle_since = now;
-                } else if (now - idle_since > timeout_) {
-                    return LOOM_ERR_TIMED_OUT;
-                }
-            }
-            if (loom_status_t s = hook(); s != LOOM_OK) return s;
-        }
-        return LOOM_OK;
-    }
-
-    /** Waits for what an _nbx call returned (NULL, an error or a request) and frees the request. */
-    template <typename Hook>
-    loom_status_t wait(loom_status_ptr_t r, Hook hook) {
-        if (r == nullptr) return LOOM_OK;
-        if (LOOM_PTR_IS_ERR(r)) return LOOM_PTR_STATUS(r);
-        loom_status_t s = progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, hook);
-        if (s == LOOM_OK) s = loom_request_check_status(r);
-        loom_request_free(r);  // when still running (timed out), Loom frees it once it completes
-        return s;
-    }
-
-    loom_status_t wait(loom_status_ptr_t r) {
-        return wait(r, [] { return LOOM_OK; });
-    }
-
-    /** Waits for the requests of @p reqs in turn, emptying their slots; stops at the first failure. */
-    template <typename Hook>
-    loom_status_t wait_all(std::vector<loom_status_ptr_t>& reqs, Hook hook) {
-        for (loom_status_ptr_t& r : reqs) {
-            loom_status_t s = wait(r, hook);
-            r = nullptr;
-            if (s != LOOM_OK) return s;
-        }
-        return LOOM_OK;
+        return UcpSession::open(features);
     }
 
     /** True when @p r (from an _nbx call) is no longer running; error statuses count as done. */
@@ -207,52 +93,17 @@ public:
         return s;
     }
 
+    /** A tagged send (synchronous when @p sync) to the peer. */
     loom_status_ptr_t send(const void* buffer, std::size_t length, loom_tag_t tag, bool sync) {
-        return sync ? loom_tag_send_sync_nbx(ep_, buffer, length, tag, nullptr)
-                    : loom_tag_send_nbx(ep_, buffer, length, tag, nullptr);
+        return sync ? loom_tag_send_sync_nbx(ep(), buffer, length, tag, nullptr)
+                    : loom_tag_send_nbx(ep(), buffer, length, tag, nullptr);
     }
 
+    /** A receive of @p tag exactly. */
     loom_status_ptr_t recv(void* buffer, std::size_t length, loom_tag_t tag) {
-        return loom_tag_recv_nbx(worker_, buffer, length, tag, kFullMask, nullptr);
+        return loom_tag_recv_nbx(worker(), buffer, length, tag, kFullMask, nullptr);
     }
-
-    loom_worker_h worker() const { return worker_; }
-    loom_ep_h ep() const { return ep_; }
-
-    /** Closes the endpoint after flushing it. */
-    Status close() {
-        if (ep_ == nullptr) return Status::ok;
-        loom_status_ptr_t r = loom_ep_close_nbx(ep_, nullptr);
-        ep_ = nullptr;
-        if (loom_status_t s = wait(r); s != LOOM_OK) return fail(params_, "loom_ep_close_nbx", s);
-        return Status::ok;
-    }
-
-private:
-    const Params& params_;
-    ucs::Ticks timeout_;
-    loom_context_h context_ = nullptr;
-    loom_worker_h worker_ = nullptr;
-    loom_ep_h ep_ = nullptr;
-    void* address_ = nullptr;
-    std::size_t address_length_ = 0;
-    loom_status_t peer_failure_ = LOOM_OK;  ///< set by the endpoint's error handler
 };
-
-/** A failed wait: names the operation, and says so when it was the timeout. */
-Status fail_wait(const Params& params, const char* what, loom_status_t s) {
-    if (s == LOOM_ERR_TIMED_OUT) {
-        std::fprintf(stderr, "loom_perftest: %s: %s did not complete: no progress for %.0f s (peer gone?)\n",
-                     test_name(params.test), what, kTimeoutSec);
-        return Status::timed_out;
-    }
-    if (s == LOOM_ERR_ENDPOINT_FAILURE || s == LOOM_ERR_CONNECTION_RESET || s == LOOM_ERR_PEER_TIMEOUT) {
-        std::fprintf(stderr, "loom_perftest: %s: %s failed: the peer is gone (%s)\n", test_name(params.test), what,
-                     loom_status_string(s));
-        return static_cast<Status>(s);
-    }
-    return fail(params, what, s);
-}
 
 // --- latency ---------------------------------------------------------------------------------
 
