@@ -54,9 +54,7 @@ TEST_P(UcpMultiProcTest, EchoAcrossEveryProtocol) {
     ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
         Side me;
         if (!me.open(tls)) return 1;
-        ch.send(me.address());
-        auto parent = ch.recv();
-        if (!parent || !me.connect(*parent, false)) return 2;
+        if (!me.meet_parent(ch)) return 2;
         std::vector<char> buf(4 << 20);
         for (;;) {
             loom_tag_recv_info_t info{};
@@ -79,10 +77,7 @@ TEST_P(UcpMultiProcTest, EchoAcrossEveryProtocol) {
     });
     Side me;
     ASSERT_TRUE(me.open(tls));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child);
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, false));
+    ASSERT_TRUE(me.meet_child(peer.channel(), false)) << "no address from the child, or no endpoint to it";
     unsigned seed = 1;
     for (std::size_t size : kSizes) {
         for (bool sync : {false, true}) {
@@ -115,9 +110,7 @@ TEST_P(UcpMultiProcTest, PeerKilledMidRendezvous) {
     ForkedPeer peer([tls, arrived](ForkedPeer::Channel& ch) {
         Side me;
         if (!me.open(tls)) return 1;
-        ch.send(me.address());
-        auto parent = ch.recv();
-        if (!parent || !me.connect(*parent, false)) return 2;
+        if (!me.meet_parent(ch)) return 2;
         // Never receive: wait until the rendezvous request is here, say so, and wait to be killed.
         loom_tag_recv_info_t info{};
         auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -131,10 +124,7 @@ TEST_P(UcpMultiProcTest, PeerKilledMidRendezvous) {
     });
     Side me;
     ASSERT_TRUE(me.open(tls));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child);
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, true));
+    ASSERT_TRUE(me.meet_child(peer.channel(), true)) << "no address from the child, or no endpoint to it";
     auto data = pattern(8 << 20, 5);
     loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
     ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
@@ -172,9 +162,7 @@ TEST(UcpMultiProc, CloseWithAQueuedRendezvousGetFailsTheReceive) {
     ForkedPeer peer([flags](ForkedPeer::Channel& ch) {
         Side me;
         if (!me.open("shm")) return 1;
-        ch.send(me.address());
-        auto parent = ch.recv();
-        if (!parent || !me.connect(*parent, false)) return 2;
+        if (!me.meet_parent(ch)) return 2;
         static std::vector<char> data = pattern(1 << 20, 3);
         loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 9, nullptr);
         if (LOOM_PTR_IS_ERR(sreq)) return 3;
@@ -188,10 +176,7 @@ TEST(UcpMultiProc, CloseWithAQueuedRendezvousGetFailsTheReceive) {
     });
     Side me;
     ASSERT_TRUE(me.open("shm"));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child);
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, false));
+    ASSERT_TRUE(me.meet_child(peer.channel(), false)) << "no address from the child, or no endpoint to it";
     loom_tag_recv_info_t info{};
     ASSERT_TRUE(me.progress_until([&] { return flags[0] == 1 && loom_tag_probe_nb(me.worker, 9, ~0ull, 0, &info); }))
         << "the rendezvous request never arrived";
@@ -258,9 +243,7 @@ TEST_P(UcpMultiProcTest, ReceiverKilledAfterItsPutRtr) {
         ForkedPeer peer([tls, waiting](ForkedPeer::Channel& ch) {
             Side me;
             if (!me.open(tls)) return 1;
-            ch.send(me.address());
-            auto parent = ch.recv();
-            if (!parent || !me.connect(*parent, false) || !warm_up(me, false)) return 2;
+            if (!me.meet_parent(ch) || !warm_up(me, false)) return 2;
             static std::vector<char> buf(8 << 20);
             loom_status_ptr_t r = loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), 5, ~0ull, nullptr);
             if (!LOOM_PTR_IS_PTR(r)) return 3;
@@ -275,10 +258,7 @@ TEST_P(UcpMultiProcTest, ReceiverKilledAfterItsPutRtr) {
         });
         Side me;
         ASSERT_TRUE(me.open(tls));
-        auto child = peer.channel().recv();
-        ASSERT_TRUE(child);
-        peer.channel().send(me.address());
-        ASSERT_TRUE(me.connect(*child, true));
+        ASSERT_TRUE(me.meet_child(peer.channel(), true)) << "no address from the child, or no endpoint to it";
         ASSERT_TRUE(warm_up(me, true));
         auto data = pattern(8 << 20, 5);
         loom_status_ptr_t sreq = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
@@ -316,9 +296,7 @@ TEST_P(UcpMultiProcTest, SenderKilledBeforeItsPutsFailsTheReceive) {
         ForkedPeer peer([tls, flags](ForkedPeer::Channel& ch) {
             Side me;
             if (!me.open(tls)) return 1;
-            ch.send(me.address());
-            auto parent = ch.recv();
-            if (!parent || !me.connect(*parent, false) || !warm_up(me, true)) return 2;
+            if (!me.meet_parent(ch) || !warm_up(me, true)) return 2;
             static std::vector<char> data = pattern(8 << 20, 6);
             loom_status_ptr_t s = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);
             if (!LOOM_PTR_IS_PTR(s)) return 3;
@@ -331,10 +309,7 @@ TEST_P(UcpMultiProcTest, SenderKilledBeforeItsPutsFailsTheReceive) {
         });
         Side me;
         ASSERT_TRUE(me.open(tls));
-        auto child = peer.channel().recv();
-        ASSERT_TRUE(child);
-        peer.channel().send(me.address());
-        ASSERT_TRUE(me.connect(*child, true));
+        ASSERT_TRUE(me.meet_child(peer.channel(), true)) << "no address from the child, or no endpoint to it";
         ASSERT_TRUE(warm_up(me, false));
         loom_tag_recv_info_t info{};
         ASSERT_TRUE(me.progress_until([&] { return loom_tag_probe_nb(me.worker, 5, ~0ull, 0, &info) != nullptr; }))

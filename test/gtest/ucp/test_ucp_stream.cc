@@ -531,9 +531,7 @@ TEST_P(UcpStreamMultiProcTest, EchoChunks) {
     ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
         Side me;
         if (!me.open(tls)) return 1;
-        ch.send(me.address());
-        auto parent = ch.recv();
-        if (!parent || !me.connect(*parent, false)) return 2;
+        if (!me.meet_parent(ch)) return 2;
         std::vector<char> buf;
         for (;;) {
             std::uint64_t n = 0;
@@ -547,10 +545,7 @@ TEST_P(UcpStreamMultiProcTest, EchoChunks) {
     });
     Side me;
     ASSERT_TRUE(me.open(tls));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child);
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, false));
+    ASSERT_TRUE(me.meet_child(peer.channel(), false)) << "no address from the child, or no endpoint to it";
     unsigned seed = 1;
     for (std::size_t size : {std::size_t{1}, std::size_t{100}, std::size_t{8000}, std::size_t{8200},
                              std::size_t{70000}, std::size_t{1} << 20, std::size_t{4} << 20}) {
@@ -575,9 +570,7 @@ TEST_P(UcpStreamMultiProcTest, PeerKilledFailsWaitingReceive) {
     ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
         Side me;
         if (!me.open(tls)) return 1;
-        ch.send(me.address());
-        auto parent = ch.recv();
-        if (!parent || !me.connect(*parent, false)) return 2;
+        if (!me.meet_parent(ch)) return 2;
         std::vector<char> half(5000, 7);
         if (me.wait(loom_stream_send_nbx(me.ep, half.data(), half.size(), nullptr)) != LOOM_OK) return 3;
         me.progress_until([] { return false; }, 120);  // killed meanwhile
@@ -585,10 +578,7 @@ TEST_P(UcpStreamMultiProcTest, PeerKilledFailsWaitingReceive) {
     });
     Side me;
     ASSERT_TRUE(me.open(tls));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child);
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, true));
+    ASSERT_TRUE(me.meet_child(peer.channel(), true)) << "no address from the child, or no endpoint to it";
     std::vector<char> buf(10000);
     std::size_t length = 0;
     loom_request_param_t p{};

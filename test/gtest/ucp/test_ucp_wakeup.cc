@@ -426,9 +426,7 @@ struct WakeSide : loom::test::UcpSide {
 int wakeup_sleeper(ForkedPeer::Channel& ch, const std::vector<std::string>& args) {
     WakeSide me;
     if (!me.open(args.at(0).c_str(), LOOM_FEATURE_TAG | LOOM_FEATURE_WAKEUP)) return 1;
-    ch.send(me.address());
-    auto parent = ch.recv();
-    if (!parent || !me.connect(*parent, false)) return 2;
+    if (!me.meet_parent(ch)) return 2;
     for (std::size_t i = 0; i < kWakeSizes.size(); ++i) {
         std::vector<char> buf(kWakeSizes[i]);
         loom_status_ptr_t r = loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), i, ~0ull, nullptr);
@@ -474,10 +472,7 @@ TEST_P(UcpWakeupMultiProcTest, SleeperInWaitIsWokenByEachMessage) {
     ForkedPeer peer("wakeup_sleeper", {tls});
     WakeSide me;
     ASSERT_TRUE(me.open(tls, LOOM_FEATURE_TAG));
-    auto child = peer.channel().recv();
-    ASSERT_TRUE(child) << "the sleeper did not start";
-    peer.channel().send(me.address());
-    ASSERT_TRUE(me.connect(*child, false));
+    ASSERT_TRUE(me.meet_child(peer.channel(), false)) << "the sleeper did not start, or no endpoint to it";
     bool can_look = true;  // /proc/<pid>/syscall is readable here
     for (std::size_t i = 0; i < kWakeSizes.size(); ++i) {
         // Each message goes out once the other process sleeps in loom_worker_wait

@@ -60,6 +60,29 @@ public:
         return loom_ep_create(worker, &p, &ep) == LOOM_OK;
     }
 
+    /**
+     * The forked child's half of meeting its parent: sends this worker's address over
+     * @p ch, receives the parent's and connects to it (no error handler). False on failure.
+     */
+    template <typename Channel>
+    bool meet_parent(Channel& ch) {
+        ch.send(address());
+        auto parent = ch.recv();
+        return parent && connect(*parent, false);
+    }
+
+    /**
+     * The parent's half: receives the child's address over @p ch, sends this worker's and
+     * connects to the child (@p peer_errors as in connect). False on failure.
+     */
+    template <typename Channel>
+    bool meet_child(Channel& ch, bool peer_errors) {
+        auto child = ch.recv();
+        if (!child) return false;
+        ch.send(address());
+        return connect(*child, peer_errors);
+    }
+
     /** Progresses until @p done(), for at most @p seconds; returns done(). */
     template <typename F>
     bool progress_until(F done, int seconds = 30) {
