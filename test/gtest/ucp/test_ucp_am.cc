@@ -9,6 +9,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_pair.h"
 #include "ucp_side.h"
 
 #include <gtest/gtest.h>
@@ -30,13 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct TlSet {
-    const char* name;
-    const char* tls;
-    bool self;
-};
-
-void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
+using loom::test::TlSet;
 
 std::vector<char> pattern(std::size_t n, unsigned seed) {
     std::vector<char> v(n);
@@ -121,95 +116,18 @@ struct Recorder {
     }
 };
 
-class UcpAmTest : public testing::TestWithParam<TlSet> {
+class UcpAmTest : public loom::test::UcpPairTest {
 protected:
-    void SetUp() override { init({}); }
+    UcpAmTest() : UcpPairTest(LOOM_FEATURE_AM | LOOM_FEATURE_TAG) {}
 
-    void init(std::vector<std::pair<std::string, std::string>> env,
-              std::uint64_t features = LOOM_FEATURE_AM | LOOM_FEATURE_TAG) {
-        teardown();
-        setenv("LOOM_TLS", GetParam().tls, 1);
-        for (auto& [k, v] : env) {
-            setenv(k.c_str(), v.c_str(), 1);
-            env_set_.push_back(k);
-        }
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = features;
-        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
-        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &sender_));
-        if (GetParam().self) {
-            receiver_ = sender_;
-        } else {
-            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &receiver_));
-        }
-        ep_ = connect(sender_, receiver_);
-        ASSERT_NE(nullptr, ep_);
+    void on_init() override {
         rec_.worker = receiver_;
         back_.worker = sender_;
     }
 
-    loom_ep_h connect(loom_worker_h from, loom_worker_h to) {
-        void* addr;
-        size_t len;
-        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
-        loom_ep_params_t ep_params{};
-        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep_params.address = addr;
-        loom_ep_h ep = nullptr;
-        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
-        loom_worker_release_address(to, addr);
-        return ep;
-    }
-
-    void teardown() {
-        if (ep_) {
-            loom_request_param_t p{};
-            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            (void)loom_ep_close_nbx(ep_, &p);
-            ep_ = nullptr;
-        }
-        if (receiver_ && receiver_ != sender_) loom_worker_destroy(receiver_);
-        if (sender_) loom_worker_destroy(sender_);
-        if (ctx_) loom_cleanup(ctx_);
-        receiver_ = sender_ = nullptr;
-        ctx_ = nullptr;
-        for (auto& k : env_set_) unsetenv(k.c_str());
-        env_set_.clear();
+    void on_teardown() override {
         rec_.messages.clear();
         back_.messages.clear();
-    }
-
-    void TearDown() override { teardown(); }
-
-    void progress() {
-        loom_worker_progress(sender_);
-        if (receiver_ != sender_) loom_worker_progress(receiver_);
-    }
-
-    /** Progresses until @p done() (30 s without it fails the test). */
-    template <typename F>
-    bool progress_until(F done, const char* what = "condition") {
-        auto deadline = Clock::now() + std::chrono::seconds(30);
-        while (!done()) {
-            if (Clock::now() > deadline) {
-                ADD_FAILURE() << "timed out waiting for " << what;
-                return false;
-            }
-            progress();
-        }
-        return true;
-    }
-
-    loom_status_t wait(loom_status_ptr_t r) {
-        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
-        if (!progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, "a request")) {
-            return LOOM_ERR_TIMED_OUT;
-        }
-        loom_status_t s = loom_request_check_status(r);
-        loom_request_free(r);
-        return s;
     }
 
     loom_status_t set_handler(loom_worker_h w, unsigned id, Recorder* rec, std::uint32_t flags = 0) {
@@ -256,13 +174,8 @@ protected:
         EXPECT_EQ(0u, m.attr & LOOM_AM_RECV_ATTR_FIELD_REPLY_EP) << "no reply endpoint was asked for";
     }
 
-    loom_context_h ctx_ = nullptr;
-    loom_worker_h sender_ = nullptr;
-    loom_worker_h receiver_ = nullptr;
-    loom_ep_h ep_ = nullptr;
     Recorder rec_;   ///< handler on the receiver
     Recorder back_;  ///< handler on the sender (replies)
-    std::vector<std::string> env_set_;
 };
 
 const std::vector<std::size_t> kSizes = {0,     1,     8,     100,   231,    232,    233,    1000,    4095,

@@ -9,6 +9,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_pair.h"
 #include "ucp_side.h"
 
 #include <gtest/gtest.h>
@@ -32,15 +33,7 @@ using loom::test::LogCapture;
 constexpr std::uint64_t kAllFeatures =
     LOOM_FEATURE_TAG | LOOM_FEATURE_RMA | LOOM_FEATURE_AMO32 | LOOM_FEATURE_AMO64;
 
-struct TlSet {
-    const char* name;
-    const char* tls;
-    bool self;  ///< one worker: the endpoint goes to itself
-};
-
-void PrintTo(const TlSet& set, std::ostream* os) {
-    *os << set.name;
-}
+using loom::test::TlSet;
 
 std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
     std::vector<std::uint8_t> v(n);
@@ -56,71 +49,18 @@ struct Mapped {
     std::size_t length = 0;
 };
 
-class UcpRmaTest : public testing::TestWithParam<TlSet> {
+class UcpRmaTest : public loom::test::UcpPairTest {
 protected:
-    void SetUp() override { init({}); }
+    UcpRmaTest() : UcpPairTest(kAllFeatures) {}
 
-    /** (Re)creates everything with extra environment settings and features. */
-    void init(std::vector<std::pair<std::string, std::string>> env, std::uint64_t features = kAllFeatures) {
-        teardown();
-        setenv("LOOM_TLS", GetParam().tls, 1);
-        for (auto& [k, v] : env) {
-            setenv(k.c_str(), v.c_str(), 1);
-            env_set_.push_back(k);
-        }
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = features;
-        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
-        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &initiator_));
-        if (GetParam().self) {
-            target_ = initiator_;
-        } else {
-            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &target_));
-        }
-        ep_ = connect(initiator_, target_);
-        ASSERT_NE(nullptr, ep_);
-    }
-
-    loom_ep_h connect(loom_worker_h from, loom_worker_h to) {
-        void* addr;
-        size_t len;
-        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
-        loom_ep_params_t ep_params{};
-        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep_params.address = addr;
-        loom_ep_h ep = nullptr;
-        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
-        loom_worker_release_address(to, addr);
-        return ep;
-    }
-
-    void teardown() {
+    /** Keys, then the endpoint (dropping what is outstanding), then the memory it may still use. */
+    void on_teardown() override {
         for (loom_rkey_h k : rkeys_) loom_rkey_destroy(k);
         rkeys_.clear();
-        if (ep_) {
-            loom_request_param_t p{};
-            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            (void)loom_ep_close_nbx(ep_, &p);
-            ep_ = nullptr;
-        }
+        if (ep_) force_close(ep_);
+        ep_ = nullptr;
         for (loom_mem_h m : maps_) EXPECT_EQ(LOOM_OK, loom_mem_unmap(ctx_, m));
         maps_.clear();
-        if (target_ && target_ != initiator_) loom_worker_destroy(target_);
-        if (initiator_) loom_worker_destroy(initiator_);
-        if (ctx_) loom_cleanup(ctx_);
-        target_ = initiator_ = nullptr;
-        ctx_ = nullptr;
-        for (auto& k : env_set_) unsetenv(k.c_str());
-        env_set_.clear();
-    }
-
-    void TearDown() override { teardown(); }
-
-    void progress() {
-        loom_worker_progress(initiator_);
-        if (target_ != initiator_) loom_worker_progress(target_);
     }
 
     /** Waits for a status-or-request (progressing both workers); frees the request. */
@@ -241,11 +181,8 @@ protected:
         EXPECT_EQ(0x11, back[loff + size]) << "get wrote past the local buffer";
     }
 
-    loom_context_h ctx_ = nullptr;
-    loom_worker_h initiator_ = nullptr;
-    loom_worker_h target_ = nullptr;
-    loom_ep_h ep_ = nullptr;
-    std::vector<std::string> env_set_;
+    loom_worker_h& initiator_ = sender_;  ///< the pair's names in RMA terms
+    loom_worker_h& target_ = receiver_;
     std::vector<loom_mem_h> maps_;
     std::vector<loom_rkey_h> rkeys_;
     std::vector<std::vector<std::uint8_t>> buffers_;

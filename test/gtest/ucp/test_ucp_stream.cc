@@ -8,6 +8,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp_pair.h"
 #include "ucp_side.h"
 
 #include <gtest/gtest.h>
@@ -27,13 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct TlSet {
-    const char* name;
-    const char* tls;
-    bool self;
-};
-
-void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
+using loom::test::TlSet;
 
 std::vector<char> pattern(std::size_t n, unsigned seed) {
     std::vector<char> v(n);
@@ -41,90 +36,19 @@ std::vector<char> pattern(std::size_t n, unsigned seed) {
     return v;
 }
 
-class UcpStreamTest : public testing::TestWithParam<TlSet> {
+class UcpStreamTest : public loom::test::UcpPairTest {
 protected:
-    void SetUp() override { init(LOOM_FEATURE_STREAM); }
+    UcpStreamTest() : UcpPairTest(LOOM_FEATURE_STREAM) { ep_user_data_ = &ep_tag_; }
 
-    void init(std::uint64_t features) {
-        teardown();
-        setenv("LOOM_TLS", GetParam().tls, 1);
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = features;
-        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
-        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &sender_));
-        if (GetParam().self) {
-            receiver_ = sender_;
-        } else {
-            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &receiver_));
-        }
-        ep_ = connect(sender_, receiver_, &ep_tag_);
-        ASSERT_NE(nullptr, ep_);
-        // The receiving side's endpoint to the sender (for self: the same one).
+    /** The receiving side's endpoint to the sender (for self: the same one). */
+    void on_init() override {
         rep_ = GetParam().self ? ep_ : connect(receiver_, sender_, &rep_tag_);
         ASSERT_NE(nullptr, rep_);
     }
 
-    loom_ep_h connect(loom_worker_h from, loom_worker_h to, void* user_data) {
-        void* addr;
-        size_t len;
-        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
-        loom_ep_params_t ep_params{};
-        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS | LOOM_EP_PARAM_FIELD_USER_DATA;
-        ep_params.address = addr;
-        ep_params.user_data = user_data;
-        loom_ep_h ep = nullptr;
-        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
-        loom_worker_release_address(to, addr);
-        return ep;
-    }
-
-    static void force_close(loom_ep_h ep) {
-        loom_request_param_t p{};
-        p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-        p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-        (void)loom_ep_close_nbx(ep, &p);
-    }
-
-    void teardown() {
+    void on_teardown() override {
         if (rep_ && rep_ != ep_) force_close(rep_);
-        if (ep_) force_close(ep_);
-        ep_ = rep_ = nullptr;
-        if (receiver_ && receiver_ != sender_) loom_worker_destroy(receiver_);
-        if (sender_) loom_worker_destroy(sender_);
-        if (ctx_) loom_cleanup(ctx_);
-        receiver_ = sender_ = nullptr;
-        ctx_ = nullptr;
-    }
-
-    void TearDown() override { teardown(); }
-
-    void progress() {
-        loom_worker_progress(sender_);
-        if (receiver_ != sender_) loom_worker_progress(receiver_);
-    }
-
-    template <typename F>
-    bool progress_until(F done, const char* what = "condition") {
-        auto deadline = Clock::now() + std::chrono::seconds(30);
-        while (!done()) {
-            if (Clock::now() > deadline) {
-                ADD_FAILURE() << "timed out waiting for " << what;
-                return false;
-            }
-            progress();
-        }
-        return true;
-    }
-
-    loom_status_t wait(loom_status_ptr_t r) {
-        if (!LOOM_PTR_IS_PTR(r)) return LOOM_PTR_STATUS(r);
-        if (!progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }, "a request")) {
-            return LOOM_ERR_TIMED_OUT;
-        }
-        loom_status_t s = loom_request_check_status(r);
-        loom_request_free(r);
-        return s;
+        rep_ = nullptr;
     }
 
     /** A receive on @p ep; returns the status and fills @p length however it completes. */
@@ -156,10 +80,6 @@ protected:
         return out;
     }
 
-    loom_context_h ctx_ = nullptr;
-    loom_worker_h sender_ = nullptr;
-    loom_worker_h receiver_ = nullptr;
-    loom_ep_h ep_ = nullptr;   ///< sender -> receiver
     loom_ep_h rep_ = nullptr;  ///< receiver -> sender
     int ep_tag_ = 0, rep_tag_ = 0;
 };
@@ -485,7 +405,7 @@ TEST_P(UcpStreamTest, BadParametersAreRefused) {
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_stream_worker_poll(nullptr, eps, 1, 0));
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_data_nb(nullptr, &length)));
     EXPECT_GE(log.count("ucp: loom_stream"), 8);
-    init(LOOM_FEATURE_TAG);
+    init({}, LOOM_FEATURE_TAG);
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_send_nbx(ep_, buf, 8, nullptr)));
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, status(loom_stream_recv_nbx(rep_, buf, 8, &length, nullptr)));
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_stream_worker_poll(receiver_, eps, 1, 0));

@@ -9,6 +9,7 @@
 #include "ucp/core/ep.h"
 #include "ucp/core/wire.h"
 #include "ucp/tag/tag_proto.h"
+#include "ucp_pair.h"
 
 #include <gtest/gtest.h>
 
@@ -23,76 +24,11 @@
 
 namespace {
 
-struct TlSet {
-    const char* name;
-    const char* tls;
-    bool self;  ///< one worker: the endpoint goes to itself
-};
+using loom::test::TlSet;
 
-void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
-
-class UcpTagTest : public testing::TestWithParam<TlSet> {
+class UcpTagTest : public loom::test::UcpPairTest {
 protected:
-    void SetUp() override { init({}); }
-
-    /** (Re)creates everything with extra environment settings. */
-    void init(std::vector<std::pair<std::string, std::string>> env) {
-        teardown();
-        setenv("LOOM_TLS", GetParam().tls, 1);
-        for (auto& [k, v] : env) {
-            setenv(k.c_str(), v.c_str(), 1);
-            env_set_.push_back(k);
-        }
-        loom_params_t params{};
-        params.field_mask = LOOM_PARAM_FIELD_FEATURES;
-        params.features = LOOM_FEATURE_TAG;
-        ASSERT_EQ(LOOM_OK, loom_init(&params, &ctx_));
-        ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &sender_));
-        if (GetParam().self) {
-            receiver_ = sender_;
-        } else {
-            ASSERT_EQ(LOOM_OK, loom_worker_create(ctx_, nullptr, &receiver_));
-        }
-        ep_ = connect(sender_, receiver_);
-        ASSERT_NE(nullptr, ep_);
-    }
-
-    loom_ep_h connect(loom_worker_h from, loom_worker_h to) {
-        void* addr;
-        size_t len;
-        EXPECT_EQ(LOOM_OK, loom_worker_get_address(to, &addr, &len));
-        loom_ep_params_t ep_params{};
-        ep_params.field_mask = LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS;
-        ep_params.address = addr;
-        loom_ep_h ep = nullptr;
-        EXPECT_EQ(LOOM_OK, loom_ep_create(from, &ep_params, &ep));
-        loom_worker_release_address(to, addr);
-        return ep;
-    }
-
-    void teardown() {
-        if (ep_) {
-            loom_request_param_t p{};
-            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
-            p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
-            (void)loom_ep_close_nbx(ep_, &p);
-            ep_ = nullptr;
-        }
-        if (receiver_ && receiver_ != sender_) loom_worker_destroy(receiver_);
-        if (sender_) loom_worker_destroy(sender_);
-        if (ctx_) loom_cleanup(ctx_);
-        receiver_ = sender_ = nullptr;
-        ctx_ = nullptr;
-        for (auto& k : env_set_) unsetenv(k.c_str());
-        env_set_.clear();
-    }
-
-    void TearDown() override { teardown(); }
-
-    void progress() {
-        loom_worker_progress(sender_);
-        if (receiver_ != sender_) loom_worker_progress(receiver_);
-    }
+    UcpTagTest() : UcpPairTest(LOOM_FEATURE_TAG) {}
 
     /** Waits for a status-or-request; frees the request. */
     loom_status_t wait(loom_status_ptr_t r, loom_tag_recv_info_t* info = nullptr) {
@@ -148,11 +84,6 @@ protected:
         EXPECT_EQ(0x5a, out[size]) << "wrote past the receive buffer";
     }
 
-    loom_context_h ctx_ = nullptr;
-    loom_worker_h sender_ = nullptr;
-    loom_worker_h receiver_ = nullptr;
-    loom_ep_h ep_ = nullptr;
-    std::vector<std::string> env_set_;
 };
 
 const std::vector<std::size_t> kSizes = {0,     1,     8,     100,   231,    232,    233,    1000,
