@@ -40,6 +40,9 @@ filter='Transports/*:Rc/*:Devices/*'
 
 mkdir -p "$outdir"
 rm -f "$log" "$trs"
+# Into the build tree: the VM sees only its current directory (the build tree) of the
+# host's writable paths, and a source tree under /tmp not at all (a fresh tmpfs there).
+cp "$top/test/rdma/siw_accept_window.bt" "$outdir/"
 
 say() { printf '\n==> %s\n' "$*"; }
 
@@ -147,7 +150,7 @@ suite_script='
     fi
     exit $rc'
 suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
-           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$top/test/rdma/siw_accept_window.bt"
+           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
            "$build/tools/perftest/loom_perftest")
 
 case $build in
