@@ -1,5 +1,7 @@
 #include "forked_peer.h"
 
+#include "test_helpers.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -70,6 +72,10 @@ int run_peer_role() {
     }
     std::fflush(nullptr);
     return code;
+}
+
+std::chrono::milliseconds ForkedPeer::Channel::default_timeout() {
+    return std::chrono::milliseconds(watchdog_timeout_seconds() * 500);
 }
 
 bool ForkedPeer::Channel::send(const std::vector<std::uint8_t>& blob) {

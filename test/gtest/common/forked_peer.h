@@ -17,10 +17,11 @@
  * parent's atexit handlers never run twice. Every receive has a timeout, so a dead
  * peer makes a test fail instead of hang.
  *
- * A forked child inherits what the parent had open. For most of Loom that is fine, but
- * not for verbs: librdmacm keeps the device contexts it opened for the whole process,
- * and a child that uses them is refused by the kernel ("changed security contexts").
- * Such tests run their peer as a *role* in a freshly executed copy of the test binary:
+ * A forked child inherits what the parent had open, and the parent's other threads do
+ * not exist in it (a lock one of them held stays taken). Loom itself is safe there (its
+ * verbs contexts are its own, never librdmacm's inherited ones: docs/transports.md),
+ * but a test that needs a fresh process runs its peer as a *role* in a freshly
+ * executed copy of the test binary:
  *
  *   int my_peer(ForkedPeer::Channel& ch, const std::vector<std::string>& args) { ... }
  *   LOOM_TEST_PEER_ROLE(my_peer);                 // at namespace scope
@@ -57,11 +58,19 @@ public:
         bool send(const std::vector<std::uint8_t>& blob);
         bool send(const std::string& text) { return send(std::vector<std::uint8_t>(text.begin(), text.end())); }
 
-        /** Receives one blob; nullopt on timeout or when the peer closed its end. */
-        std::optional<std::vector<std::uint8_t>> recv(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+        /**
+         * Receives one blob; nullopt on timeout or when the peer closed its end (at once:
+         * a dead peer never waits out the timeout). The default timeout is half the
+         * watchdog's (LOOMTEST_TIMEOUT), so slow machines (sanitizers in an emulated VM)
+         * that raise the watchdog give a live but slow peer as much more time.
+         */
+        std::optional<std::vector<std::uint8_t>> recv(std::chrono::milliseconds timeout = default_timeout());
 
         /** Receives one blob as text; empty optional as recv(). */
-        std::optional<std::string> recv_text(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+        std::optional<std::string> recv_text(std::chrono::milliseconds timeout = default_timeout());
+
+        /** Half of LOOMTEST_TIMEOUT (60 s by default). */
+        static std::chrono::milliseconds default_timeout();
 
         void close();
 
