@@ -971,6 +971,7 @@ void RcIface::abandon_ep(RcEp* ep) {
 void RcIface::delete_ep(RcEp* ep) {
     if (ep->qp != nullptr) {
         qp_map_.erase(ep->qp_num);
+        rx_last_ep_ = nullptr;
         (void)ibv_destroy_qp(ep->qp);
         ep->qp = nullptr;
     }

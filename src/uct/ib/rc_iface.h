@@ -217,6 +217,15 @@ private:
     void release_rx(RcEp* ep);
     void prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge);
     void mark_posted(void* desc, std::uint8_t posted);
+    /** The endpoint of @p qpn (nullptr when none), through the one-entry cache. */
+    RcEp* rx_ep_of(std::uint32_t qpn) {
+        if (LOOM_LIKELY(rx_last_ep_ != nullptr && qpn == rx_last_qpn_)) return rx_last_ep_;
+        auto it = qp_map_.find(qpn);
+        if (it == qp_map_.end()) return nullptr;
+        rx_last_qpn_ = qpn;
+        rx_last_ep_ = it->second;
+        return it->second;
+    }
     void post_rx_srq(int count);
     Status post_rx_qp(RcEp* ep, int count);
 
@@ -313,6 +322,13 @@ private:
     std::vector<ibv_wc> wcs_;
 
     std::unordered_map<std::uint32_t, RcEp*> qp_map_;
+    /**
+     * The endpoint of the QP number the receive path looked up last (a hit saves a hash
+     * lookup per message when one peer talks: ping-pong, streams); reset whenever qp_map_
+     * changes.
+     */
+    std::uint32_t rx_last_qpn_ = 0;
+    RcEp* rx_last_ep_ = nullptr;
     ucs::Queue<RcEp, &RcEp::arb_link> arbiter_;
     bool arbiter_fresh_ = false;  ///< an endpoint joined the arbiter since it was last dispatched
     std::vector<RcEp*> eps_;      ///< live endpoints (user-visible and passive)

@@ -175,8 +175,7 @@ unsigned RcIface::poll_rx() {
         const ibv_wc& wc = wcs_[static_cast<std::size_t>(i)];
         auto* desc = reinterpret_cast<std::uint8_t*>(wc.wr_id);
         mark_posted(desc, 0);
-        auto it = qp_map_.find(wc.qp_num);
-        RcEp* ep = it == qp_map_.end() ? nullptr : it->second;
+        RcEp* ep = rx_ep_of(wc.qp_num);
         if (srq_ != nullptr) {
             --srq_posted_;
         } else if (ep != nullptr) {
