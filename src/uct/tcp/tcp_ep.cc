@@ -153,22 +153,36 @@ Status tcp_am_short(Ep* base, AmId id, std::uint64_t header, const void* payload
     return send_with_payload(ep, hdr, payload, length);
 }
 
-ssize_t tcp_am_bcopy(Ep* base, AmId id, PackCallback pack, void* arg, unsigned) {
-    TcpEp* ep = tcp_ep(base);
+/**
+ * The bcopy flavours: packs into a staging descriptor (at most @p limit bytes, checked:
+ * more is the caller's bug) behind room for its headers, which @p make_header builds
+ * from the packed length, and sends headers and data as one frame. Returns the length or
+ * a status.
+ */
+template <typename MakeHeader>
+LOOM_ALWAYS_INLINE ssize_t send_bcopy(TcpEp* ep, PackCallback pack, void* arg, std::size_t limit, const char* what,
+                                      MakeHeader make_header) {
     TcpIface* iface = tcp_iface(ep);
     if (LOOM_UNLIKELY(!ep->can_send() && !ep->can_stage())) return static_cast<ssize_t>(iface->not_ready(ep));
     TxDesc* desc = iface->get_tx_desc();
     if (LOOM_UNLIKELY(desc == nullptr)) return static_cast<ssize_t>(Status::no_resource);
     std::uint8_t* payload = desc->data + kMaxHeaderRoom;
     std::size_t length = pack(payload, arg);
-    if (LOOM_UNLIKELY(length > iface->max_am_bcopy())) {
-        LOOM_FATAL("am_bcopy: pack callback wrote {} bytes, more than the {} allowed", length, iface->max_am_bcopy());
+    if (LOOM_UNLIKELY(length > limit)) {
+        LOOM_FATAL("{}: pack callback wrote {} bytes, more than the {} allowed", what, length, limit);
     }
-    std::uint8_t* start = payload - sizeof(FrameHeader);
-    FrameHeader fh = frame(FrameType::am, id, 0, length);
-    std::memcpy(start, &fh, sizeof(fh));
-    Status status = send_desc(ep, desc, start, sizeof(fh) + length);
+    const auto hdr = make_header(length);
+    static_assert(sizeof(hdr) <= kMaxHeaderRoom);
+    std::uint8_t* start = payload - sizeof(hdr);
+    std::memcpy(start, &hdr, sizeof(hdr));
+    Status status = send_desc(ep, desc, start, sizeof(hdr) + length);
     return LOOM_LIKELY(status == Status::ok) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+}
+
+ssize_t tcp_am_bcopy(Ep* base, AmId id, PackCallback pack, void* arg, unsigned) {
+    TcpEp* ep = tcp_ep(base);
+    return send_bcopy(ep, pack, arg, tcp_iface(ep)->max_am_bcopy(), "am_bcopy",
+                      [id](std::size_t length) { return frame(FrameType::am, id, 0, length); });
 }
 
 Status tcp_am_zcopy(Ep* base, AmId id, const void* header, unsigned header_length, const Iov* iov,
@@ -211,21 +225,11 @@ Status tcp_put_short(Ep* base, const void* buffer, unsigned length, std::uint64_
 
 ssize_t tcp_put_bcopy(Ep* base, PackCallback pack, void* arg, std::uint64_t remote_addr, std::uint64_t rkey) {
     TcpEp* ep = tcp_ep(base);
-    TcpIface* iface = tcp_iface(ep);
-    if (LOOM_UNLIKELY(!ep->can_send() && !ep->can_stage())) return static_cast<ssize_t>(iface->not_ready(ep));
-    TxDesc* desc = iface->get_tx_desc();
-    if (LOOM_UNLIKELY(desc == nullptr)) return static_cast<ssize_t>(Status::no_resource);
-    std::uint8_t* payload = desc->data + kMaxHeaderRoom;
-    std::size_t length = pack(payload, arg);
-    if (LOOM_UNLIKELY(length > iface->seg_size())) {
-        LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {} allowed", length, iface->seg_size());
-    }
-    std::uint8_t* start = payload - sizeof(PutHeaders);
-    PutHeaders hdr{frame(FrameType::put, 0, 0, sizeof(RmaHeader) + length), rma_header(remote_addr, rkey, 0)};
-    std::memcpy(start, &hdr, sizeof(hdr));
-    Status status = send_desc(ep, desc, start, sizeof(hdr) + length);
-    ep->flags |= kEpDirty;
-    return LOOM_LIKELY(status == Status::ok) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+    ssize_t sent = send_bcopy(ep, pack, arg, tcp_iface(ep)->seg_size(), "put_bcopy", [&](std::size_t length) {
+        return PutHeaders{frame(FrameType::put, 0, 0, sizeof(RmaHeader) + length), rma_header(remote_addr, rkey, 0)};
+    });
+    if (sent >= 0) ep->flags |= kEpDirty;
+    return sent;
 }
 
 /** Queues @p req as the next reply @p ep waits for. */
