@@ -316,6 +316,10 @@ TEST_P(UcpWakeupTest, MultiThreadedWorkerSharedBySenders) {
         if (LOOM_PTR_IS_PTR(r)) {
             while (loom_tag_recv_request_test(r, &info) == LOOM_INPROGRESS && Clock::now() < deadline) {
                 loom_worker_progress(pair.receiver);
+                // A send completes once its data is copied; over tcp the copy may wait in the
+                // sender's transport for room in a full socket, and only progress sends it.
+                // The sending threads stop progressing after their last send.
+                loom_worker_progress(pair.sender);
             }
             ASSERT_EQ(LOOM_OK, loom_tag_recv_request_test(r, &info));
             loom_request_free(r);
@@ -345,6 +349,7 @@ TEST_P(UcpWakeupTest, MultiThreadedWorkerSharedByReceivers) {
     ASSERT_TRUE(pair.ok());
     constexpr int kThreads = 3, kPerThread = 100;
     std::atomic<int> errors{0};
+    std::atomic<int> finished{0};
     std::vector<std::thread> receivers;
     for (int t = 0; t < kThreads; ++t) {
         receivers.emplace_back([&, t] {
@@ -365,6 +370,7 @@ TEST_P(UcpWakeupTest, MultiThreadedWorkerSharedByReceivers) {
                 }
                 if (out != pattern(size, static_cast<unsigned>(t * 1000 + i))) ++errors;
             }
+            ++finished;
         });
     }
     for (int i = 0; i < kPerThread; ++i) {
@@ -375,6 +381,10 @@ TEST_P(UcpWakeupTest, MultiThreadedWorkerSharedByReceivers) {
             ASSERT_EQ(LOOM_OK, pair.wait(loom_tag_send_nbx(pair.ep, data.data(), size, tag, nullptr)));
         }
     }
+    // A completed send's data may still wait in the sender's transport (tcp, a full socket):
+    // only progress sends it, so the sender is progressed until every receiver is done.
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (finished.load() < kThreads && Clock::now() < deadline) loom_worker_progress(pair.sender);
     for (auto& th : receivers) th.join();
     EXPECT_EQ(0, errors.load());
 }
