@@ -54,6 +54,29 @@ protected:
         return loom_tag_recv_nbx(receiver_, buf, count, tag, mask, &p);
     }
 
+    /**
+     * A message of @p size bytes into a receive of half that, posted before it arrives
+     * (@p expected) or after: truncated, the full length reported, nothing written past
+     * the receive buffer, the send complete.
+     */
+    void truncated_receive(std::size_t size, bool expected) {
+        auto data = pattern(size, 1);
+        const std::size_t cap = size / 2;
+        std::vector<char> out(cap + 1, 0x11);
+        loom_status_ptr_t rreq = nullptr;
+        loom_tag_recv_info_t info{};
+        if (expected) rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+        loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
+        if (!expected) {
+            for (int i = 0; i < 100; ++i) progress();
+            rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
+        }
+        EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, wait(rreq, &info)) << size << " expected=" << expected;
+        EXPECT_EQ(size, info.length);
+        EXPECT_EQ(0x11, out[cap]) << "wrote past the receive buffer";
+        EXPECT_EQ(LOOM_OK, wait(sreq));
+    }
+
     static std::vector<char> pattern(std::size_t n, unsigned seed) {
         std::vector<char> v(n);
         for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 31 + seed * 7) & 0xff);
@@ -225,21 +248,7 @@ TEST_P(UcpTagTest, CancelPostedReceive) {
 TEST_P(UcpTagTest, TruncationReportsFullLength) {
     for (std::size_t size : {100, 20000, 500000}) {
         for (bool expected : {true, false}) {
-            auto data = pattern(size, 1);
-            std::vector<char> out(size / 2 + 1, 0x11);
-            const std::size_t cap = size / 2;
-            loom_status_ptr_t rreq = nullptr;
-            loom_tag_recv_info_t info{};
-            if (expected) rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
-            loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
-            if (!expected) {
-                for (int i = 0; i < 100; ++i) progress();
-                rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
-            }
-            EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, wait(rreq, &info)) << size << " expected=" << expected;
-            EXPECT_EQ(size, info.length);
-            EXPECT_EQ(0x11, out[cap]) << "wrote past the receive buffer";
-            EXPECT_EQ(LOOM_OK, wait(sreq));
+            truncated_receive(size, expected);
         }
     }
 }
@@ -794,21 +803,7 @@ TEST_P(UcpTagTest, TruncationUnderEveryScheme) {
         init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "4k"}});
         for (std::size_t size : {20000, 500000}) {
             for (bool expected : {true, false}) {
-                auto data = pattern(size, 1);
-                const std::size_t cap = size / 2;
-                std::vector<char> out(cap + 1, 0x11);
-                loom_status_ptr_t rreq = nullptr;
-                loom_tag_recv_info_t info{};
-                if (expected) rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
-                loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 1, nullptr);
-                if (!expected) {
-                    for (int i = 0; i < 100; ++i) progress();
-                    rreq = recv_nbx(out.data(), cap, 1, ~0ull, &info);
-                }
-                EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, wait(rreq, &info)) << size << " expected=" << expected;
-                EXPECT_EQ(size, info.length);
-                EXPECT_EQ(0x11, out[cap]) << "wrote past the receive buffer";
-                EXPECT_EQ(LOOM_OK, wait(sreq));
+                truncated_receive(size, expected);
             }
         }
         send_recv(300000, true);  // and the endpoint still works
