@@ -154,7 +154,8 @@ enum {
     LOOM_PARAM_FIELD_REQUEST_SIZE = 1u << 1,
     LOOM_PARAM_FIELD_REQUEST_INIT = 1u << 2,
     LOOM_PARAM_FIELD_REQUEST_CLEANUP = 1u << 3,
-    LOOM_PARAM_FIELD_NAME = 1u << 4
+    LOOM_PARAM_FIELD_NAME = 1u << 4,
+    LOOM_PARAM_FIELD_REQUEST_HOOKS = 1u << 5
 };
 
 /** What loom_init should set up. */
@@ -163,11 +164,25 @@ typedef struct {
     uint64_t features; /**< LOOM_FEATURE_* bits */
     /** Bytes the caller keeps in every request Loom allocates (the handle points at them). */
     size_t request_size;
-    /** Called once on the caller's part of every request when Loom creates it. */
+    /**
+     * Called once on the caller's part of every request memory Loom creates (not each
+     * time the memory is reused for another operation: what the caller keeps there
+     * survives from one use to the next), never on caller-provided requests.
+     */
     void (*request_init)(void* request);
-    /** Called on the caller's part of every request before Loom frees its memory. */
+    /** Called once on the caller's part of every request memory before Loom frees it. */
     void (*request_cleanup)(void* request);
     const char* name; /**< for logs */
+    /**
+     * LOOM_PARAM_FIELD_REQUEST_HOOKS, instead of request_init and request_cleanup: the
+     * same calls, with @p arg, for a library that serves several contexts from one set of
+     * functions (e.g. a compatibility layer keeping its own state in each request).
+     */
+    struct {
+        void (*init)(void* request, void* arg);
+        void (*cleanup)(void* request, void* arg);
+        void* arg;
+    } request_hooks;
 } loom_params_t;
 
 /**
@@ -196,6 +211,27 @@ typedef struct {
 
 /** Fills the fields of @p attr that its field mask asks for. */
 loom_status_t loom_context_query(loom_context_h context, loom_context_attr_t* attr);
+
+/** Kinds of device a resource lives on. */
+typedef enum {
+    LOOM_DEVICE_TYPE_NET,  /**< a network device: reaches other hosts */
+    LOOM_DEVICE_TYPE_SHM,  /**< shared memory: processes of this host */
+    LOOM_DEVICE_TYPE_SELF  /**< loopback inside one process */
+} loom_device_type_t;
+
+/** One transport on one device (see loom_info -d). */
+typedef struct {
+    const char* transport;          /**< "self", "shm", "tcp", "rc" */
+    const char* device;             /**< "memory", "lo", "eth0", "rxe0:1" */
+    loom_device_type_t device_type;
+    unsigned md_index;              /**< its memory domain among the context's */
+} loom_resource_t;
+
+/**
+ * Describes resource @p index (0 .. num_resources - 1 of loom_context_query) of
+ * @p context; the strings live as long as the context. LOOM_ERR_OUT_OF_RANGE past the end.
+ */
+loom_status_t loom_context_resource(loom_context_h context, size_t index, loom_resource_t* resource);
 
 /* --- worker --------------------------------------------------------------------------- */
 
@@ -232,8 +268,40 @@ unsigned loom_worker_progress(loom_worker_h worker);
  */
 loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size_t* length);
 
-/** Releases an address from loom_worker_get_address. */
+/** Releases an address from loom_worker_get_address or loom_worker_query. */
 void loom_worker_release_address(loom_worker_h worker, void* address);
+
+/** loom_worker_attr_t.address_flags */
+enum {
+    /**
+     * Only the network transports' addresses (no shm, no self): what a peer on another
+     * host can use, e.g. for an MPI library's out-of-band exchange between nodes.
+     */
+    LOOM_WORKER_ADDRESS_FLAG_NET_ONLY = 1u << 0
+};
+
+enum {
+    LOOM_WORKER_ATTR_FIELD_THREAD_MODE = 1u << 0,   /**< thread_mode */
+    LOOM_WORKER_ATTR_FIELD_ADDRESS = 1u << 1,       /**< address, address_length */
+    LOOM_WORKER_ATTR_FIELD_ADDRESS_FLAGS = 1u << 2, /**< address_flags is an input */
+    LOOM_WORKER_ATTR_FIELD_MAX_AM_HEADER = 1u << 3  /**< max_am_header */
+};
+
+/** What loom_worker_query reports. */
+typedef struct {
+    uint64_t field_mask;            /**< LOOM_WORKER_ATTR_FIELD_* bits */
+    loom_thread_mode_t thread_mode; /**< the thread mode the worker provides */
+    uint32_t address_flags;         /**< input: LOOM_WORKER_ADDRESS_FLAG_* bits for address */
+    void* address;                  /**< release with loom_worker_release_address */
+    size_t address_length;
+    size_t max_am_header;           /**< loom_am_max_header */
+} loom_worker_attr_t;
+
+/**
+ * Fills the fields of @p attr that its field mask asks for. LOOM_ERR_INVALID_PARAM
+ * (logged) for unknown address flags; LOOM_ERR_NO_MEMORY for the address.
+ */
+loom_status_t loom_worker_query(loom_worker_h worker, loom_worker_attr_t* attr);
 
 /*
  * Sleeping until there is work (LOOM_FEATURE_WAKEUP). The loop of a thread that sleeps:
@@ -305,7 +373,20 @@ enum {
     LOOM_OP_ATTR_FIELD_RECV_INFO = 1u << 5, /**< recv_info: filled when a receive completes at once */
     LOOM_OP_ATTR_FIELD_REPLY_BUFFER = 1u << 6, /**< reply_buffer: a fetching atomic (loom_atomic_op_nbx) */
     LOOM_OP_ATTR_FIELD_MEMH = 1u << 7,         /**< memh: the local buffer of an RMA operation is mapped */
-    LOOM_OP_ATTR_FLAG_NO_IMM_CMPL = 1u << 16, /**< always return a request, never NULL */
+    /**
+     * request_data: stored in the first pointer-sized bytes of the caller's part of the
+     * request (loom_params_t.request_size must leave room) before the operation starts,
+     * when it needs a request. Per-operation state its callback reads, set without racing
+     * the completion (in thread mode multi another thread's progress may complete the
+     * operation before the call that started it returns).
+     */
+    LOOM_OP_ATTR_FIELD_REQUEST_DATA = 1u << 8,
+    /**
+     * Always return a request, never NULL. An operation done inside the call still
+     * reports its completion (loom_request_check_status, the callback) only from the
+     * next loom_worker_progress: a callback never runs inside the call that started it.
+     */
+    LOOM_OP_ATTR_FLAG_NO_IMM_CMPL = 1u << 16,
     LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL = 1u << 17 /**< complete at once or fail with LOOM_ERR_NO_RESOURCE */
 };
 
@@ -338,6 +419,7 @@ typedef struct {
     void* reply_buffer;
     /** loom_put_nbx / loom_get_nbx: a mapping (loom_mem_map) that covers the local buffer. */
     struct loom_mem* memh;
+    void* request_data; /**< LOOM_OP_ATTR_FIELD_REQUEST_DATA */
 } loom_request_param_t;
 
 /** LOOM_OK or an error once @p request completed, LOOM_INPROGRESS before. */
@@ -350,8 +432,9 @@ loom_status_t loom_request_check_status(void* request);
 loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* info);
 
 /**
- * Releases a request handle. A request still running completes normally (its
- * callback still runs) and is freed afterwards.
+ * Releases a request handle. A request still running goes on and is freed once it
+ * completes, but its callback never runs after this call (as in UCX: a library may
+ * free a request and reuse the memory its callback would have touched).
  */
 void loom_request_free(void* request);
 
@@ -698,6 +781,24 @@ loom_status_ptr_t loom_stream_recv_data_nb(loom_ep_h ep, size_t* length);
 
 /** Releases data from loom_stream_recv_data_nb. */
 void loom_stream_data_release(loom_ep_h ep, void* data);
+/* --- memory events --------------------------------------------------------------------- */
+
+/**
+ * Tells Loom that [@p address, @p address + @p length) was unmapped (or is about to be),
+ * or had its pages replaced, so that no registration cache hands out a registration of
+ * the old pages. Needed only for memory released in ways Loom cannot see (raw system
+ * calls, another allocator) or with LOOM_MEM_EVENTS=user; any thread, any time, never
+ * blocks, never allocates.
+ */
+void loom_mem_event_notify(const void* address, size_t length);
+
+/**
+ * LOOM_OK when Loom sees this process's munmap() calls by itself (its hooks are in the
+ * process's global symbol scope: LOOM_MEM_EVENTS=hooks works), else LOOM_ERR_UNSUPPORTED
+ * (then tell it with loom_mem_event_notify). The first call probes, once per process.
+ */
+loom_status_t loom_mem_events_check(void);
+
 /* --- memory and RMA ------------------------------------------------------------------- */
 /*
  * One-sided access to a peer's memory: the owner maps it (loom_mem_map), packs a remote

@@ -213,8 +213,10 @@ Status am_only_handler(void* arg, void* data, std::size_t length, unsigned flags
 }
 
 /** A reassembled message is complete (or failed: peer gone, worker destroyed). */
-void am_assembled(void*, int status, const TagRecvInfo*, void* user_data) {
+void am_assembled(void* request, int status, const TagRecvInfo*, void* user_data) {
     auto* desc = static_cast<AmDataDesc*>(user_data);
+    // The assembling receive (am_first_handler) is ours: done with it.
+    if (request != nullptr) desc->worker->release(request_of(request));
     AmWorker& am = *desc->worker->am;
     if (status != static_cast<int>(Status::ok)) {
         LOOM_LOG_DEBUG("ucp: active message to id {} from {:016x} lost: {}", desc->am.am_id, desc->sender_uuid,
@@ -274,7 +276,7 @@ Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
         free_data_desc(am, desc);
         return Status::ok;
     }
-    req->flags |= kReqRecv | kReqHandedOut | kReqReleased;
+    req->flags |= kReqRecv | kReqHandedOut;  // its callback runs, and releases it
     req->cb.recv = am_assembled;
     req->user_data = desc;
     (void)req->recv.dt.start_unpack(dt_make_contig(1), desc->data(), hdr.total_length);

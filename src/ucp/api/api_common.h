@@ -33,6 +33,9 @@ inline Request* new_request(Worker& w, const loom_request_param_t* p) {
     if (req == nullptr) return nullptr;
     if (attr(p) & LOOM_OP_ATTR_FIELD_USER_DATA) req->user_data = p->user_data;
     if (attr(p) & LOOM_OP_ATTR_FIELD_CALLBACK) req->cb.send = reinterpret_cast<SendCallback>(p->cb.send);
+    if (LOOM_UNLIKELY(attr(p) & LOOM_OP_ATTR_FIELD_REQUEST_DATA)) {
+        std::memcpy(handle_of(req), &p->request_data, sizeof(p->request_data));
+    }
     return req;
 }
 
@@ -51,6 +54,8 @@ inline void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) 
         return status_ptr(s);
     }
     req->flags |= kReqHandedOut;
+    // NO_IMM_CMPL and done already: a callback runs from progress, never inside the call.
+    if ((req->flags & kReqCompleted) && req->cb.send != nullptr) w.defer_callback(req);
     return handle_of(req);
 }
 
@@ -61,6 +66,7 @@ inline void* completed_request(Worker& w, Status s, const loom_request_param_t* 
     if (req == nullptr) return status_ptr(Status::no_memory);
     req->status = s;
     req->flags |= kReqCompleted | kReqHandedOut;
+    if (req->cb.send != nullptr) w.defer_callback(req);  // from progress, never inside the call
     return handle_of(req);
 }
 

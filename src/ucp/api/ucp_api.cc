@@ -14,6 +14,7 @@
 #include "ucp/tag/tag_proto.h"
 #include "ucp/am/am_proto.h"
 #include "ucp/stream/stream_proto.h"
+#include "ucs/memory/memhooks.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -118,8 +119,28 @@ loom_status_t loom_init(const loom_params_t* params, loom_context_h* context) {
             const std::uint64_t m = params->field_mask;
             if (m & LOOM_PARAM_FIELD_FEATURES) cp.features = params->features;
             if (m & LOOM_PARAM_FIELD_REQUEST_SIZE) cp.user_request_size = params->request_size;
-            if (m & LOOM_PARAM_FIELD_REQUEST_INIT) cp.request_init = params->request_init;
-            if (m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) cp.request_cleanup = params->request_cleanup;
+            // The plain callbacks become hooks whose argument is the callback itself.
+            using Plain = void (*)(void*);
+            auto call_plain = [](void* request, void* fn) { reinterpret_cast<Plain>(fn)(request); };
+            if ((m & LOOM_PARAM_FIELD_REQUEST_INIT) && params->request_init) {
+                cp.request_init = call_plain;
+                cp.request_init_arg = reinterpret_cast<void*>(params->request_init);
+            }
+            if ((m & LOOM_PARAM_FIELD_REQUEST_CLEANUP) && params->request_cleanup) {
+                cp.request_cleanup = call_plain;
+                cp.request_cleanup_arg = reinterpret_cast<void*>(params->request_cleanup);
+            }
+            if (m & LOOM_PARAM_FIELD_REQUEST_HOOKS) {
+                if (m & (LOOM_PARAM_FIELD_REQUEST_INIT | LOOM_PARAM_FIELD_REQUEST_CLEANUP)) {
+                    LOOM_LOG_ERROR("ucp: loom_init: request_hooks replace request_init and request_cleanup; "
+                                   "give one or the other");
+                    return LOOM_ERR_INVALID_PARAM;
+                }
+                cp.request_init = params->request_hooks.init;
+                cp.request_init_arg = params->request_hooks.arg;
+                cp.request_cleanup = params->request_hooks.cleanup;
+                cp.request_cleanup_arg = params->request_hooks.arg;
+            }
             if ((m & LOOM_PARAM_FIELD_NAME) && params->name) cp.name = params->name;
         }
         constexpr std::uint64_t kImplemented = kFeatureTag | kFeatureWakeup | kFeatureAm | kFeatureStream |
@@ -143,6 +164,22 @@ loom_status_t loom_context_query(loom_context_h context, loom_context_attr_t* a)
     if (context == nullptr || a == nullptr) return LOOM_ERR_INVALID_PARAM;
     if (a->field_mask & LOOM_ATTR_FIELD_REQUEST_SIZE) a->request_size = sizeof(Request);
     if (a->field_mask & LOOM_ATTR_FIELD_NUM_RESOURCES) a->num_resources = context->impl->resources().size();
+    return LOOM_OK;
+}
+
+loom_status_t loom_context_resource(loom_context_h context, size_t index, loom_resource_t* resource) {
+    if (context == nullptr || resource == nullptr) return LOOM_ERR_INVALID_PARAM;
+    const auto& rscs = context->impl->resources();
+    if (index >= rscs.size()) return LOOM_ERR_OUT_OF_RANGE;
+    const ContextResource& r = rscs[index];
+    resource->transport = r.tl.tl_name.c_str();
+    resource->device = r.tl.dev_name.c_str();
+    switch (r.tl.dev_type) {
+    case uct::DeviceType::net: resource->device_type = LOOM_DEVICE_TYPE_NET; break;
+    case uct::DeviceType::shm: resource->device_type = LOOM_DEVICE_TYPE_SHM; break;
+    case uct::DeviceType::self: resource->device_type = LOOM_DEVICE_TYPE_SELF; break;
+    }
+    resource->md_index = r.md_index;
     return LOOM_OK;
 }
 
@@ -187,6 +224,44 @@ loom_status_t loom_worker_get_address(loom_worker_h worker, void** address, size
 }
 
 void loom_worker_release_address(loom_worker_h, void* address) { std::free(address); }
+
+loom_status_t loom_worker_query(loom_worker_h worker, loom_worker_attr_t* attr) {
+    if (worker == nullptr || attr == nullptr) return LOOM_ERR_INVALID_PARAM;
+    const std::uint64_t m = attr->field_mask;
+    const std::uint32_t addr_flags = (m & LOOM_WORKER_ATTR_FIELD_ADDRESS_FLAGS) ? attr->address_flags : 0;
+    if (addr_flags & ~std::uint32_t{LOOM_WORKER_ADDRESS_FLAG_NET_ONLY}) {
+        LOOM_LOG_ERROR("ucp: loom_worker_query: unknown address flags {:#x}", addr_flags);
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    Worker& w = *W(worker);
+    WorkerGuard guard(w);
+    if (m & LOOM_WORKER_ATTR_FIELD_THREAD_MODE) {
+        switch (w.thread_mode) {
+        case uct::ThreadMode::single: attr->thread_mode = LOOM_THREAD_MODE_SINGLE; break;
+        case uct::ThreadMode::serialized: attr->thread_mode = LOOM_THREAD_MODE_SERIALIZED; break;
+        case uct::ThreadMode::multi: attr->thread_mode = LOOM_THREAD_MODE_MULTI; break;
+        }
+    }
+    if (m & LOOM_WORKER_ATTR_FIELD_MAX_AM_HEADER) attr->max_am_header = am_worker_max_header(w);
+    if (m & LOOM_WORKER_ATTR_FIELD_ADDRESS) {
+        return guarded([&] {
+            std::vector<std::uint8_t> a = w.pack_address(addr_flags & LOOM_WORKER_ADDRESS_FLAG_NET_ONLY);
+            void* mem = std::malloc(a.size());
+            if (mem == nullptr) return LOOM_ERR_NO_MEMORY;
+            std::memcpy(mem, a.data(), a.size());
+            attr->address = mem;
+            attr->address_length = a.size();
+            return LOOM_OK;
+        });
+    }
+    return LOOM_OK;
+}
+
+void loom_mem_event_notify(const void* address, size_t length) { ucs::memory_event_notify(address, length); }
+
+loom_status_t loom_mem_events_check(void) {
+    return ucs::mem_hooks_info().unmap_hooks ? LOOM_OK : LOOM_ERR_UNSUPPORTED;
+}
 
 loom_status_t loom_worker_get_efd(loom_worker_h worker, int* fd) {
     if (worker == nullptr || fd == nullptr) return LOOM_ERR_INVALID_PARAM;
@@ -245,7 +320,8 @@ void loom_request_free(void* request) {
 void loom_request_cancel(loom_worker_h worker, void* request) {
     Request* req = request_of(request);
     WorkerGuard guard(*W(worker));
-    if (!(req->flags & kReqRecv) || (req->flags & kReqCompleted)) return;
+    // A receive whose completion waits for progress (NO_IMM_CMPL) is done: nothing to cancel.
+    if (!(req->flags & kReqRecv) || (req->flags & kReqCompleted) || req->ep_link.linked()) return;
     if (W(worker)->tm.cancel(req->recv.entry)) {
         req->recv.dt.finish();
         W(worker)->complete(req, Status::canceled);

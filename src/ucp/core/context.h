@@ -57,8 +57,16 @@ struct ContextResource {
 struct ContextParams {
     std::uint64_t features = 0;
     std::size_t user_request_size = 0;
-    void (*request_init)(void* request) = nullptr;
-    void (*request_cleanup)(void* request) = nullptr;
+    /**
+     * Run once on the caller's part of every request the worker's pool creates
+     * (request_init) and once when the pool frees it (request_cleanup), each with its
+     * argument: loom_params_t's request_hooks, or its plain request_init/request_cleanup
+     * (then the argument is that function and the hook calls it).
+     */
+    void (*request_init)(void* request, void* arg) = nullptr;
+    void* request_init_arg = nullptr;
+    void (*request_cleanup)(void* request, void* arg) = nullptr;
+    void* request_cleanup_arg = nullptr;
     std::string name = "loom";
     ucs::config::Overrides config_overrides;
 };

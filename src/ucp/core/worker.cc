@@ -75,6 +75,7 @@ Result<std::unique_ptr<Worker>> Worker::create(Context& ctx, const WorkerParams&
     const bool multi = params.thread_mode == uct::ThreadMode::multi;
     std::unique_ptr<Worker> worker(new Worker(ctx, multi ? uct::ThreadMode::serialized : params.thread_mode));
     worker->multi_threaded = multi;
+    worker->thread_mode = params.thread_mode;
     if (Status s = worker->init(); s != Status::ok) return s;
     return worker;
 }
@@ -87,9 +88,22 @@ Status Worker::init() {
 
     ucs::MemPoolParams rp;
     rp.name = "ucp_requests";
-    rp.elem_size = sizeof(Request) + context.params().user_request_size;
+    // Room for LOOM_OP_ATTR_FIELD_REQUEST_DATA even when the caller asked for less.
+    rp.elem_size = sizeof(Request) + std::max(context.params().user_request_size, sizeof(void*));
     rp.alignment = 64;
     rp.elems_per_chunk = 128;
+    // As in UCX: the caller's part of a request is set up once per request memory, so a
+    // library may keep state in it across uses (Open MPI's pml recycles its requests).
+    if (const ContextParams& cp = context.params(); cp.request_init != nullptr) {
+        rp.obj_init = [init = cp.request_init, arg = cp.request_init_arg](void* elem) {
+            init(handle_of(static_cast<Request*>(elem)), arg);
+        };
+    }
+    if (const ContextParams& cp = context.params(); cp.request_cleanup != nullptr) {
+        rp.obj_cleanup = [cleanup = cp.request_cleanup, arg = cp.request_cleanup_arg](void* elem) {
+            cleanup(handle_of(static_cast<Request*>(elem)), arg);
+        };
+    }
     if (Status s = req_pool.init(std::move(rp)); s != Status::ok) return s;
     ucs::MemPoolParams dp;
     dp.name = "ucp_unexp_small";
@@ -240,6 +254,8 @@ Status Worker::signal() {
 }
 
 Worker::~Worker() {
+    // Operations that completed inside their calls: reported now, as a progress would have.
+    (void)run_deferred_callbacks();
     for (Request& req : flush_waiters.safe()) {
         decltype(flush_waiters)::remove(req);
         complete(&req, Status::canceled);
@@ -341,15 +357,17 @@ constexpr std::size_t kAddressHeader = 16;
 
 }  // namespace
 
-std::vector<std::uint8_t> Worker::pack_address() const {
+std::vector<std::uint8_t> Worker::pack_address(bool net_only) const {
     std::vector<std::uint8_t> out;
+    auto packed = [net_only](const WorkerIface& wi) { return !net_only || wi.rsc->tl.dev_type == uct::DeviceType::net; };
     pack_put<std::uint8_t>(out, kAddressMagic);
     pack_put<std::uint8_t>(out, kAddressVersion);
-    pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(ifaces.size()));
+    pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(std::count_if(ifaces.begin(), ifaces.end(), packed)));
     pack_put<std::uint8_t>(out, 0);
     pack_put<std::uint32_t>(out, 0);  // total length, set below
     pack_put<std::uint64_t>(out, uuid);
     for (const WorkerIface& wi : ifaces) {
+        if (!packed(wi)) continue;
         const std::string& name = wi.rsc->tl.tl_name;
         pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
         out.insert(out.end(), name.begin(), name.end());
@@ -436,7 +454,6 @@ Request* Worker::alloc_request() {
     req->user_data = nullptr;
     req->cb.send = nullptr;
     req->ep_link = {};
-    if (context.params().request_init) context.params().request_init(handle_of(req));
     return req;
 }
 
@@ -454,10 +471,6 @@ Request* Worker::init_caller_request(void* handle) {
 
 void Worker::complete(Request* req, Status status) {
     req->status = status;
-    // Release: a thread polling the request without the lock (loom_request_check_status)
-    // that sees the flag sees the results written before it.
-    if (LOOM_UNLIKELY(multi_threaded)) std::atomic_thread_fence(std::memory_order_release);
-    req->flags |= kReqCompleted;
     if (req->id != 0) req_table.remove(req);
     if (req->flags & kReqInEpList) {
         decltype(Ep::outstanding)::remove(*req);
@@ -475,32 +488,76 @@ void Worker::complete(Request* req, Status status) {
         release(req);
         return;
     }
-    if (!(req->flags & kReqHandedOut)) return;  // completed inside the call that started it
+    if (!(req->flags & kReqHandedOut)) {
+        // Completed inside the call that started it, which reports it (finish_nbx).
+        req->flags |= kReqCompleted;
+        return;
+    }
     // Multi: a thread asleep in wait(), or about to arm, may be waiting for this request,
     // completed by another thread: wake it, or make its next arm() say busy.
     if (LOOM_UNLIKELY(multi_threaded)) {
         completed_since_arm_ = true;
         if (sleepers.load(std::memory_order_relaxed) != 0 && epoll_fd_ >= 0) (void)wake_signal_.signal();
     }
-    // Read first: a callback may free its request (loom_request_free releases it at once then).
-    const bool freed_before = req->flags & kReqReleased;
-    if (req->flags & kReqRecvLength) {
-        if (req->cb.recv_length) {
-            req->cb.recv_length(handle_of(req), static_cast<int>(status), req->recv.info.length, req->user_data);
-        }
-    } else if (req->flags & kReqRecv) {
-        if (req->cb.recv) {
-            req->cb.recv(handle_of(req), static_cast<int>(status), &req->recv.info, req->user_data);
-        }
-    } else if (req->cb.send) {
-        req->cb.send(handle_of(req), static_cast<int>(status), req->user_data);
+    if (req->flags & kReqReleased) {
+        // Freed by the application before it completed: no callback, ever (as UCX promises).
+        req->flags |= kReqCompleted;
+        release(req);
+        return;
     }
-    if (freed_before) release(req);
+    report_completion(req);
+}
+
+void Worker::report_completion(Request* req) {
+    // Everything the callback needs is read before the completed flag is published: from
+    // then on the request may be gone (a caller's request polled by another thread, or a
+    // callback that frees it), so this is the last access to it.
+    const auto cb = req->cb;
+    void* const user_data = req->user_data;
+    void* const handle = handle_of(req);
+    const int status = static_cast<int>(req->status);
+    const std::uint16_t flags = req->flags;
+    TagRecvInfo info{};
+    if (flags & kReqRecv) info = req->recv.info;
+    // Release: a thread polling the request without the lock (loom_request_check_status)
+    // that sees the flag sees the results written before it.
+    __atomic_store_n(&req->flags, static_cast<std::uint16_t>(flags | kReqCompleted), __ATOMIC_RELEASE);
+    if (flags & kReqRecvLength) {
+        if (cb.recv_length) cb.recv_length(handle, status, info.length, user_data);
+    } else if (flags & kReqRecv) {
+        if (cb.recv) cb.recv(handle, status, &info, user_data);
+    } else if (cb.send) {
+        cb.send(handle, status, user_data);
+    }
+}
+
+void Worker::defer_callback(Request* req) {
+    // Completed inside its call under LOOM_OP_ATTR_FLAG_NO_IMM_CMPL: the callback waits
+    // for the next progress, so that it never runs inside the call (ep_link is free: a
+    // completed request is in no endpoint list).
+    LOOM_ASSERT(!req->ep_link.linked());
+    req->flags &= ~kReqCompleted;
+    deferred_callbacks.push_back(*req);
+}
+
+unsigned Worker::run_deferred_callbacks() {
+    unsigned n = 0;
+    while (!deferred_callbacks.empty()) {
+        Request& req = deferred_callbacks.front();
+        decltype(deferred_callbacks)::remove(req);
+        ++n;
+        if (req.flags & kReqReleased) {
+            req.flags |= kReqCompleted;
+            release(&req);
+        } else {
+            report_completion(&req);
+        }
+    }
+    return n;
 }
 
 void Worker::release(Request* req) {
     if (req->flags & kReqCallerMem) return;
-    if (context.params().request_cleanup) context.params().request_cleanup(handle_of(req));
     req_pool.put(req);
 }
 

@@ -129,6 +129,7 @@ public:
         if (LOOM_UNLIKELY(!flush_waiters.empty())) n += check_flushes();
         if (LOOM_UNLIKELY(!listeners.empty())) n += cm_progress(n);
         if (LOOM_UNLIKELY(wireup_waiting != 0)) n += wireup_check_deadlines(*this);
+        if (LOOM_UNLIKELY(!deferred_callbacks.empty())) n += run_deferred_callbacks();
         return n;
     }
 
@@ -141,8 +142,11 @@ public:
     /** Closes @p ep now (after its flush): destroyed, or kept as the peer's reply endpoint. */
     void ep_close_now(Ep* ep, bool force);
 
-    /** The packed address: version, uuid and every iface's transport address. */
-    std::vector<std::uint8_t> pack_address() const;
+    /**
+     * The packed address: version, uuid and every iface's transport address; with
+     * @p net_only only those of network devices (what a peer on another host can use).
+     */
+    std::vector<std::uint8_t> pack_address(bool net_only = false) const;
 
     /**
      * Validates and unpacks a packed address from @p data (at most @p max_length bytes
@@ -204,8 +208,17 @@ public:
     Request* alloc_request();
     /** Places a request in the caller's memory @p handle (request_size bytes before it are ours). */
     Request* init_caller_request(void* handle);
-    /** Completes @p req with @p status: runs its callback and releases it when freed. */
+    /**
+     * Completes @p req with @p status: runs its callback, unless the application freed
+     * it first (then it is released, and no callback ever runs for it).
+     */
     void complete(Request* req, Status status);
+    /**
+     * @p req completed inside the call that started it, which hands it out anyway
+     * (LOOM_OP_ATTR_FLAG_NO_IMM_CMPL): its completion is reported, and its callback run,
+     * from the next progress().
+     */
+    void defer_callback(Request* req);
     /** Releases @p req when it has completed and been freed. */
     void release(Request* req);
 
@@ -234,6 +247,8 @@ public:
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
+    /** Requests completed inside their call whose callbacks run from progress (defer_callback). */
+    ucs::List<Request, &Request::ep_link> deferred_callbacks;
     std::uint64_t next_msg_id = 1;
     std::uint32_t num_ifaces_with_progress = 0;
     /**
@@ -241,6 +256,7 @@ public:
      * Recursive, because completion callbacks run under it and may call the API again.
      */
     bool multi_threaded = false;
+    uct::ThreadMode thread_mode = uct::ThreadMode::single;  ///< as asked for at creation
     std::recursive_mutex mt_lock;
     /** Threads asleep in wait(): a completion by another thread must wake them (multi). */
     std::atomic<std::uint32_t> sleepers{0};
@@ -252,6 +268,10 @@ public:
     static constexpr std::size_t kSmallDescData = 512;
 
 private:
+    /** Publishes @p req's completion and runs its callback; the last access to @p req. */
+    void report_completion(Request* req);
+    /** Reports the completions defer_callback() queued. */
+    unsigned run_deferred_callbacks();
     /** Completes the flush requests whose endpoints have nothing outstanding. */
     unsigned check_flushes();
     /** With LOOM_FEATURE_WAKEUP: the epoll set of the ifaces' fds and the signal fd. */

@@ -13,6 +13,7 @@ namespace loom::ucs {
 struct MemPool::Chunk {
     Chunk* next;
     std::size_t length;  ///< bytes of the whole chunk
+    std::size_t count;   ///< elements in it
     bool mapped;         ///< from map_pages(), else from alloc_aligned()
     bool huge;           ///< backed by huge pages
 };
@@ -79,6 +80,7 @@ Status MemPool::init(MemPoolParams params) {
     huge_pages_ = params.huge_pages;
     name_ = std::move(params.name);
     obj_init_ = std::move(params.obj_init);
+    obj_cleanup_ = std::move(params.obj_cleanup);
     chunk_init_ = std::move(params.chunk_init);
     chunk_cleanup_ = std::move(params.chunk_cleanup);
     tag_ = reinterpret_cast<std::uintptr_t>(this) | kTagBit;
@@ -171,7 +173,7 @@ Status MemPool::grow() noexcept {
             return status;
         }
     }
-    auto* chunk = ::new (base) Chunk{chunks_, length, mapped, huge};
+    auto* chunk = ::new (base) Chunk{chunks_, length, count, mapped, huge};
     chunks_ = chunk;
     ++num_chunks_;
     if (huge) ++num_huge_chunks_;
@@ -230,6 +232,10 @@ void MemPool::release_chunks() noexcept {
         PageMapping mapping{chunk, chunk->length, chunk->huge};
         bool mapped = chunk->mapped;
         detail::asan_poison(chunk, mapping.length, false);
+        if (obj_cleanup_) {
+            char* first = reinterpret_cast<char*>(chunk) + first_offset_;
+            for (std::size_t i = 0; i < chunk->count; ++i) obj_cleanup_(first + i * stride_);
+        }
         if (chunk_cleanup_) chunk_cleanup_(chunk, mapping.length);
         if (mapped) {
             unmap_pages(mapping);

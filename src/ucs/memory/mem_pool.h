@@ -114,6 +114,11 @@ struct MemPoolParams {
     /** Called once on every element (element pointer) when its chunk is created. */
     std::function<void(void* elem)> obj_init;
     /**
+     * Called once on every element (free or still handed out) when the pool releases its
+     * chunks, the counterpart of obj_init.
+     */
+    std::function<void(void* elem)> obj_cleanup;
+    /**
      * Called with the memory of every new chunk (all its elements and headers lie in
      * [base, base + length)) before obj_init runs on its elements, e.g. to register the
      * chunk with a network device once instead of element by element. A status other
@@ -280,6 +285,7 @@ private:
 
     std::string name_;
     std::function<void(void*)> obj_init_;
+    std::function<void(void*)> obj_cleanup_;
     std::function<Status(void*, std::size_t)> chunk_init_;
     std::function<void(void*, std::size_t)> chunk_cleanup_;
 };

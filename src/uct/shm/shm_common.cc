@@ -2,9 +2,11 @@
 #include "uct/shm/shm_common.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -103,10 +105,20 @@ std::uint64_t host_id() {
         char ns[128] = {};
         ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
         if (n < 0) ns[0] = '\0';
+        // The file system behind /dev/shm (where segments are named): two processes in
+        // different mount namespaces, each with its own /dev/shm, cannot share segments
+        // even with the same host name (containers, or test hosts made of namespaces).
+        char shm_fs[64] = {};
+        struct stat st {};
+        if (::stat("/dev/shm", &st) == 0) {
+            std::snprintf(shm_fs, sizeof(shm_fs), "%llx:%llx", static_cast<unsigned long long>(st.st_dev),
+                          static_cast<unsigned long long>(st.st_ino));
+        }
         std::uint64_t hash = 0xcbf29ce484222325ull;
         hash = fnv1a(hash, read_first_line("/proc/sys/kernel/random/boot_id"));
         hash = fnv1a(hash, host);
         hash = fnv1a(hash, ns);
+        hash = fnv1a(hash, shm_fs);
         return hash;
     }();
     return id;

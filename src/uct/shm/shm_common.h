@@ -44,7 +44,8 @@ Result<std::uint64_t> process_start_time(pid_t pid);
 
 /**
  * Identifies the shared-memory domain this process lives in: a hash of the kernel
- * boot id, the host name and the pid namespace. Processes that agree on it can map
+ * boot id, the host name, the pid namespace and the file system behind /dev/shm (a
+ * mount namespace with its own /dev/shm is another host). Processes that agree on it can map
  * each other's segments and name each other by pid; anything else is another host
  * (or a container that cannot see our /proc).
  */

@@ -235,6 +235,26 @@ TEST(MemPool, InitCallbackRunsOncePerElement) {
     for (void* e : elems) pool.put(e);
 }
 
+TEST(MemPool, ObjCleanupRunsOnceOnEveryElementItInitialized) {
+    std::set<void*> initialized;
+    std::multiset<void*> cleaned;
+    {
+        MemPool pool;
+        MemPoolParams params = params_of(sizeof(std::uint64_t), 4);
+        params.obj_init = [&](void* elem) { initialized.insert(elem); };
+        params.obj_cleanup = [&](void* elem) { cleaned.insert(elem); };
+        ASSERT_EQ(Status::ok, pool.init(std::move(params)));
+        std::vector<void*> elems;
+        for (int i = 0; i < 6; ++i) elems.push_back(pool.get());
+        for (int i = 0; i < 3; ++i) pool.put(elems[i]);  // some free, some still out
+        for (int i = 3; i < 6; ++i) pool.put(elems[i]);
+        EXPECT_TRUE(cleaned.empty()) << "get/put cycles must not run the cleanup";
+    }
+    EXPECT_EQ(8u, initialized.size()) << "two chunks of four";
+    ASSERT_EQ(initialized.size(), cleaned.size());
+    for (void* e : initialized) EXPECT_EQ(1u, cleaned.count(e));
+}
+
 TEST(MemPool, ChunkCallbacksSeeEveryChunkBeforeItsElements) {
     struct Range {
         char* base;
