@@ -39,6 +39,29 @@ inline Request* new_request(Worker& w, const loom_request_param_t* p) {
     return req;
 }
 
+/**
+ * A caller-provided request reports every operation started in it, also one done inside
+ * the call without needing a request (as UCX does: Open MPI's blocking receive polls the
+ * request it passed, not the call's return value). Around such an operation:
+ * caller_request_begin() marks the memory unused, caller_request_end() marks it complete
+ * with the operation's status unless the operation completed it itself (with its receive
+ * information). No cost without LOOM_OP_ATTR_FIELD_REQUEST.
+ */
+inline void caller_request_begin(const loom_request_param_t* p) {
+    if (LOOM_UNLIKELY(attr(p) & LOOM_OP_ATTR_FIELD_REQUEST)) request_of(p->request)->flags = 0;
+}
+inline void* caller_request_end(Worker* w, const loom_request_param_t* p, void* r) {
+    if (LOOM_UNLIKELY(attr(p) & LOOM_OP_ATTR_FIELD_REQUEST) && !LOOM_PTR_IS_PTR(r) && w != nullptr) {
+        Request* req = request_of(p->request);
+        if (!(req->flags & kReqCompleted)) {
+            (void)w->init_caller_request(p->request);
+            req->status = static_cast<Status>(reinterpret_cast<std::intptr_t>(r));
+            req->flags |= kReqCompleted;
+        }
+    }
+    return r;
+}
+
 /** What an _nbx call returns for @p req once its first step ran. */
 inline void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) {
     if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {

@@ -270,12 +270,16 @@ loom_status_ptr_t loom_put_nbx(loom_ep_h ep_h, const void* buffer, size_t count,
             if (s != Status::no_resource) return status_ptr(s);
         }
     }
-    return transfer(ep_h, const_cast<void*>(buffer), count, remote_addr, rkey_h, param, false);
+    caller_request_begin(param);
+    return caller_request_end(ep ? ep->worker : nullptr, param,
+                              transfer(ep_h, const_cast<void*>(buffer), count, remote_addr, rkey_h, param, false));
 }
 
 loom_status_ptr_t loom_get_nbx(loom_ep_h ep, void* buffer, size_t count, uint64_t remote_addr,
                                loom_rkey_h rkey, const loom_request_param_t* param) {
-    return transfer(ep, buffer, count, remote_addr, rkey, param, true);
+    caller_request_begin(param);
+    return caller_request_end(ep ? E(ep)->worker : nullptr, param,
+                              transfer(ep, buffer, count, remote_addr, rkey, param, true));
 }
 
 loom_status_ptr_t loom_atomic_op_nbx(loom_ep_h ep_h, loom_atomic_op_t opcode, const void* buffer,

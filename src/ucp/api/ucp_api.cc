@@ -482,12 +482,14 @@ loom_status_ptr_t loom_ep_close_nbx(loom_ep_h ep_h, const loom_request_param_t* 
 
 loom_status_ptr_t loom_tag_send_nbx(loom_ep_h ep, const void* buffer, size_t count, loom_tag_t tag,
                                     const loom_request_param_t* param) {
-    return tag_send(ep, buffer, count, tag, param, false);
+    caller_request_begin(param);
+    return caller_request_end(ep ? E(ep)->worker : nullptr, param, tag_send(ep, buffer, count, tag, param, false));
 }
 
 loom_status_ptr_t loom_tag_send_sync_nbx(loom_ep_h ep, const void* buffer, size_t count, loom_tag_t tag,
                                          const loom_request_param_t* param) {
-    return tag_send(ep, buffer, count, tag, param, true);
+    caller_request_begin(param);
+    return caller_request_end(ep ? E(ep)->worker : nullptr, param, tag_send(ep, buffer, count, tag, param, true));
 }
 
 static void* tag_recv(Worker& w, void* buffer, size_t count, UnexpDesc* desc, Tag tag, Tag mask,
@@ -496,8 +498,9 @@ static void* tag_recv(Worker& w, void* buffer, size_t count, UnexpDesc* desc, Ta
     if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
         if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
     }
+    // A caller's request takes the request path: the receive information goes into it.
     if (desc != nullptr && desc->kind == UnexpDesc::eager && desc->complete &&
-        !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
+        !(attr(p) & (LOOM_OP_ATTR_FLAG_NO_IMM_CMPL | LOOM_OP_ATTR_FIELD_REQUEST))) {
         DtState st;
         if (Status s = st.start_unpack(dt, buffer, count); s != Status::ok) return status_ptr(s);
         TagRecvInfo info;
@@ -524,7 +527,9 @@ loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t c
     Worker& w = *W(worker);
     WorkerGuard guard(w);
     TagUnexpEntry* entry = w.tm.probe(tag, tag_mask, true);
-    return tag_recv(w, buffer, count, reinterpret_cast<UnexpDesc*>(entry), tag, tag_mask, param);
+    caller_request_begin(param);
+    return caller_request_end(&w, param,
+                              tag_recv(w, buffer, count, reinterpret_cast<UnexpDesc*>(entry), tag, tag_mask, param));
 }
 
 loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_tag_t tag_mask, int remove,
@@ -541,7 +546,9 @@ loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size
     if (message == nullptr) return status_ptr(Status::invalid_param);
     auto* desc = reinterpret_cast<UnexpDesc*>(message);
     WorkerGuard guard(*W(worker));
-    return tag_recv(*W(worker), buffer, count, desc, desc->entry.tag, kTagMaskFull, param);
+    caller_request_begin(param);
+    return caller_request_end(W(worker), param,
+                              tag_recv(*W(worker), buffer, count, desc, desc->entry.tag, kTagMaskFull, param));
 }
 
 }  // extern "C"

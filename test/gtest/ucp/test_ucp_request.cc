@@ -343,6 +343,47 @@ TEST_P(UcpRequestTest, CallerRequestIsNotWrittenAfterItsCompletionIsReported) {
     }
 }
 
+TEST_P(UcpRequestTest, CallerRequestReportsAnOperationDoneInTheCall) {
+    // Open MPI's blocking receive ignores what ucp_tag_recv_nbx returns and polls the
+    // request it passed: an operation done inside the call must complete that request too.
+    loom_context_attr_t attr{};
+    attr.field_mask = LOOM_ATTR_FIELD_REQUEST_SIZE;
+    ASSERT_EQ(LOOM_OK, loom_context_query(ctx_, &attr));
+    std::vector<unsigned char> mem(attr.request_size + 64);
+    void* req = mem.data() + attr.request_size;
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_REQUEST;
+    p.request = req;
+    for (int round = 0; round < 3; ++round) {  // the same memory again, as a stack frame is reused
+        const loom_tag_t tag = 60 + round;
+        std::vector<char> out(10 + round, static_cast<char>('a' + round)), in(64, 0);
+        send_unexpected(out, tag);
+        void* r = loom_tag_recv_nbx(receiver_, in.data(), in.size(), tag, ~0ull, &p);
+        ASSERT_FALSE(LOOM_PTR_IS_PTR(r)) << "the message was there: done in the call";
+        loom_tag_recv_info_t info{};
+        EXPECT_EQ(LOOM_OK, loom_tag_recv_request_test(req, &info));
+        EXPECT_EQ(out.size(), info.length) << "round " << round;
+        EXPECT_EQ(tag, info.sender_tag);
+        EXPECT_EQ(0, std::memcmp(in.data(), out.data(), out.size()));
+    }
+    // Truncated in the call: the request says so, with the full length.
+    std::vector<char> big(100, 'T'), small(10, 0);
+    send_unexpected(big, 70);
+    void* r = loom_tag_recv_nbx(receiver_, small.data(), small.size(), 70, ~0ull, &p);
+    ASSERT_FALSE(LOOM_PTR_IS_PTR(r));
+    loom_tag_recv_info_t info{};
+    EXPECT_EQ(LOOM_ERR_MESSAGE_TRUNCATED, loom_tag_recv_request_test(req, &info));
+    EXPECT_EQ(100u, info.length);
+    // A send done in the call (eager short): the request is complete too.
+    std::uint64_t v = 1, got = 0;
+    void* rr = loom_tag_recv_nbx(receiver_, &got, sizeof(got), 71, ~0ull, nullptr);
+    void* s = loom_tag_send_nbx(ep_, &v, sizeof(v), 71, &p);
+    if (!LOOM_PTR_IS_PTR(s)) EXPECT_EQ(LOOM_OK, loom_request_check_status(req));
+    EXPECT_EQ(LOOM_OK, wait(s == req ? nullptr : s));
+    if (s == req) progress_until([&] { return loom_request_check_status(req) != LOOM_INPROGRESS; }, "the send");
+    EXPECT_EQ(LOOM_OK, wait(rr));
+}
+
 // --- worker query --------------------------------------------------------------------------
 
 TEST_P(UcpRequestTest, WorkerQueryReportsTheThreadModeAskedFor) {
