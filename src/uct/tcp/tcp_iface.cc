@@ -31,7 +31,9 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <string>
 
 namespace loom::uct::tcp {
 
@@ -112,7 +114,21 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_len, const 
 
 bool is_loopback_ip(std::uint32_t ip_net) { return (ntohl(ip_net) >> 24) == 127; }
 
+
 }  // namespace
+
+std::uint64_t net_stack_id() {
+    static const std::uint64_t id = [] {
+        std::string text;
+        if (std::ifstream boot("/proc/sys/kernel/random/boot_id"); boot) std::getline(boot, text);
+        char ns[128] = {};
+        if (ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof(ns) - 1); n > 0) text += ns;
+        std::uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+        for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+        return hash;
+    }();
+    return id;
+}
 
 // --- set-up ----------------------------------------------------------------------------------
 
@@ -378,7 +394,7 @@ Status TcpIface::query(IfaceAttr& attr) const {
 }
 
 Status TcpIface::get_device_address(std::uint8_t* out) const {
-    DeviceAddress addr{kWireVersion, kFamilyInet, device_.addr.s_addr};
+    DeviceAddress addr{kWireVersion, kFamilyInet, device_.addr.s_addr, net_stack_id()};
     std::memcpy(out, &addr, sizeof(addr));
     return Status::ok;
 }
@@ -404,7 +420,11 @@ bool TcpIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_l
     }
     bool peer_loopback = is_loopback_ip(dev.ip);
     if (device_.loopback || peer_loopback) {
-        if (device_.loopback && peer_loopback) return true;
+        if (device_.loopback && peer_loopback) {
+            if (dev.net_stack == net_stack_id()) return true;
+            if (reason) *reason = "peer's loopback belongs to another host (network namespace)";
+            return false;
+        }
         if (reason) *reason = device_.loopback ? "lo reaches only 127.0.0.0/8" : "peer is on a loopback device";
         return false;
     }

@@ -33,6 +33,12 @@ struct EpCold {
     unsigned small_run = 0;        ///< kEpBulk: small frames written since the last bulk one
 };
 
+/**
+ * Names this process's network stack (the kernel's boot id and the network namespace):
+ * sent in device addresses, so that loopback devices of two stacks do not pair up.
+ */
+std::uint64_t net_stack_id();
+
 class TcpIface final : public Iface {
 public:
     /** Opens the listening socket and the epoll set; the result's status says why not. */

@@ -29,7 +29,7 @@ namespace loom::uct::tcp {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tcp wire formats are written in host order");
 
 /** Version of the address, remote key and handshake formats. */
-inline constexpr std::uint8_t kWireVersion = 1;
+inline constexpr std::uint8_t kWireVersion = 2;
 
 /** Frame magic: a desynchronized stream is detected at the next header. */
 inline constexpr std::uint8_t kFrameMagic = 0xa7;
@@ -116,13 +116,18 @@ static_assert(sizeof(ConnReply) == 16);
 
 inline constexpr std::uint8_t kFamilyInet = 4;
 
-/** Device address: which host, as an IPv4 address. */
+/**
+ * Device address: which host, as an IPv4 address, and which network stack (boot and
+ * network namespace): 127.0.0.1 means a different machine in another namespace, so two
+ * loopback devices reach each other only when their stacks are the same.
+ */
 struct [[gnu::packed]] DeviceAddress {
     std::uint8_t version;
     std::uint8_t family;     ///< kFamilyInet
     std::uint32_t ip;        ///< network order
+    std::uint64_t net_stack; ///< net_stack_id() of the sender
 };
-static_assert(sizeof(DeviceAddress) == 6);
+static_assert(sizeof(DeviceAddress) == 14);
 
 /** Iface address: which listening socket on that host, and a random cookie naming the iface. */
 struct [[gnu::packed]] IfaceAddress {

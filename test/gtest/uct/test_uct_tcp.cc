@@ -94,6 +94,15 @@ TEST_F(TcpTest, LoopbackReachesOnlyLoopbackAddresses) {
     EXPECT_FALSE(sender_->iface().is_reachable(dev.data(), dev.size(), receiver_->iface_address().data(),
                                                receiver_->iface_address().size(), &reason));
     EXPECT_NE(std::string::npos, reason.find("family")) << reason;
+    // 127.0.0.1 of another network namespace (a container, a test host) is another machine.
+    tcp::DeviceAddress mine;
+    std::memcpy(&mine, receiver_->device_address().data(), sizeof(mine));
+    tcp::DeviceAddress elsewhere = mine;
+    elsewhere.net_stack ^= 1;
+    std::memcpy(dev.data(), &elsewhere, sizeof(elsewhere));
+    EXPECT_FALSE(sender_->iface().is_reachable(dev.data(), dev.size(), receiver_->iface_address().data(),
+                                               receiver_->iface_address().size(), &reason));
+    EXPECT_NE(std::string::npos, reason.find("another host")) << reason;
 }
 
 TEST_F(TcpTest, OtherDevicesDoNotReachLoopback) {
@@ -490,7 +499,7 @@ public:
     }
 
     std::vector<std::uint8_t> dev_address() const {
-        tcp::DeviceAddress d{tcp::kWireVersion, tcp::kFamilyInet, htonl(INADDR_LOOPBACK)};
+        tcp::DeviceAddress d{tcp::kWireVersion, tcp::kFamilyInet, htonl(INADDR_LOOPBACK), tcp::net_stack_id()};
         return {reinterpret_cast<const std::uint8_t*>(&d), reinterpret_cast<const std::uint8_t*>(&d) + sizeof(d)};
     }
     std::vector<std::uint8_t> iface_address() const {
