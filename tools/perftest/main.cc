@@ -291,12 +291,12 @@ int main(int argc, char** argv) {
     if (loopback) {
         status = run_test(Role::loopback, nullptr);
     } else if (host) {
-        Oob oob;
+        TcpOob oob;
         status = oob.connect_to(host, static_cast<std::uint16_t>(port));
         if (status == loom::Status::ok) status = oob.send_blob(pack_params(params));
         if (status == loom::Status::ok) status = run_test(Role::client, &oob);
     } else {
-        Oob oob;
+        TcpOob oob;
         status = oob.accept_one(static_cast<std::uint16_t>(port));
         std::vector<std::uint8_t> blob;
         if (status == loom::Status::ok) status = oob.recv_blob(blob);

@@ -17,6 +17,8 @@
  */
 #pragma once
 
+#include "oob.h"
+
 #include "ucs/time/clock.h"
 #include "ucs/type/status.h"
 
@@ -98,36 +100,6 @@ void print_header(const OutputOptions& out, const Params& params);
 
 /** Prints one periodic line or the final one. */
 void print_report(const OutputOptions& out, const Report& report, bool final);
-
-/**
- * Out-of-band channel between client and server: a TCP connection used for the
- * parameters, the address exchange and barriers. Exceptions: none; every call
- * returns a Status and logs one line on failure.
- */
-class Oob {
-public:
-    Oob() = default;
-    ~Oob();
-    Oob(const Oob&) = delete;
-    Oob& operator=(const Oob&) = delete;
-
-    /** Server: listens on @p port and accepts one client. */
-    Status accept_one(std::uint16_t port);
-
-    /** Client: connects to @p host:@p port, retrying for a few seconds while the server starts. */
-    Status connect_to(const std::string& host, std::uint16_t port);
-
-    Status send(const void* data, std::size_t length);
-    Status recv(void* data, std::size_t length);
-    Status send_blob(const std::vector<std::uint8_t>& blob);
-    Status recv_blob(std::vector<std::uint8_t>& blob);
-
-    /** Both sides call it; returns when both arrived. */
-    Status barrier();
-
-private:
-    int fd_ = -1;
-};
 
 /**
  * Collects per-iteration times and prints periodic (every second) and final reports.

@@ -759,8 +759,7 @@ Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptio
     // Both sides make their endpoint before either progresses, so the wire-up each one
     // sends finds the other's endpoint in place.
     std::vector<std::uint8_t> peer;
-    Status s = oob->send_blob(ucp.address());
-    if (s == Status::ok) s = oob->recv_blob(peer);
+    Status s = oob->exchange(ucp.address(), peer);
     if (s != Status::ok) {
         std::fprintf(stderr, "loom_perftest: %s: the worker address exchange failed: %s\n", test_name(params.test),
                      std::string(to_string(s)).c_str());
