@@ -9,11 +9,13 @@
  *            LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add):
  *       LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
+ *   both started by MPI (rank 0 the client, rank 1 the server; mpi_oob.h):
+ *       mpirun -np 2 -x LOOM_TLS=shm loom_perftest -t tag_lat
  *
- * The client sends its parameters to the server over an out-of-band TCP connection
- * (the same socket then carries addresses and barriers), both open the transport,
- * and the client prints the results in ucx_perftest's columns with a final line
- * starting "Final:".
+ * The client sends its parameters to the server over an out-of-band channel (oob.h: a
+ * TCP connection, or MPI under mpirun), which then carries addresses and barriers; both
+ * open the transport, and the client prints the results in ucx_perftest's columns with
+ * a final line starting "Final:".
  */
 #pragma once
 

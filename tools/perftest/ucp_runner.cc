@@ -765,8 +765,8 @@ Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptio
                      std::string(to_string(s)).c_str());
         return s;
     }
-    // On failure this process exits without the barrier: the peer sees the out-of-band
-    // connection close and stops too.
+    // On failure this process skips the barrier and main calls Oob::fail(): the peer sees
+    // the out-of-band connection close and stops too (under MPI the job is aborted).
     if (s = ucp.connect(peer.data()); s != Status::ok) return s;
     if (s = oob->barrier(); s != Status::ok) {
         std::fprintf(stderr, "loom_perftest: %s: the peer failed before the test (see its output)\n",
