@@ -135,7 +135,7 @@ mpi_checks+=("mpirun -np 2: am_lat -x shm -d memory" "mpirun -np 3: a clear erro
              "MPICH's mpiexec gets a clear error")
 mpi_skip=
 case "$mpi_lib" in
-    none*) mpi_skip="loom_perftest was built without MPI (configure found none: libopenmpi-dev)" ;;
+    none*) mpi_skip="loom_perftest was built without MPI (see the MPI line of configure's summary)" ;;
     "") mpi_skip="loom_perftest -h names no MPI library" ;;
     "Open MPI"*)
         if ! mpirun --version 2>/dev/null | grep -q 'Open MPI'; then

@@ -14,8 +14,8 @@ MpiJob join_mpi_job(const Launcher& launcher, int& /*argc*/, char**& /*argv*/) {
     if (launcher.rank <= 0) {
         const std::string shown = launcher.variable.empty() ? "" : " (" + launcher.variable + " is set)";
         std::fprintf(stderr,
-                     "loom_perftest: started by %s%s, but this loom_perftest was built without MPI (configure "
-                     "found none; Debian: libopenmpi-dev, then configure --with-mpi). Run a server and a "
+                     "loom_perftest: started by %s%s, but this loom_perftest was built without MPI (the MPI "
+                     "line of configure's summary says why; Debian: libopenmpi-dev). Run a server and a "
                      "client by hand instead (loom_perftest -h)\n",
                      launcher.name.c_str(), shown.c_str());
     }
