@@ -31,6 +31,12 @@ check_output() {
     fi
 }
 
+# skip NAME REASON: a check that cannot run here, listed with its reason ("# SKIP").
+skip() {
+    tap_n=$((tap_n + 1))
+    echo "ok $tap_n - $1 # SKIP $2"
+}
+
 finish() {
     echo "1..$tap_n"
     [ "$tap_failed" -eq 0 ]

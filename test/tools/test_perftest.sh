@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests of loom_perftest as a user runs it: every test kind in loopback mode, a client
 # and a server in two processes (the protocol-layer tag_*, ucp_am_*, stream_* tests and
-# the RMA tests ucp_* over LOOM_TLS=shm and LOOM_TLS=tcp), and clear errors for bad options.
+# the RMA tests ucp_* over LOOM_TLS=shm and LOOM_TLS=tcp), both started by mpirun -np 2
+# (when built with MPI), and clear errors for bad options.
 . "${top_srcdir:-$(dirname "$0")/../..}/test/tools/tap.sh"
 pt="${top_builddir:-.}/tools/perftest/loom_perftest"
 final='^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$'
@@ -119,4 +120,75 @@ wait $server
 check "... and the server exits with an error too" test $? -ne 0
 check_output "no server: the client gives up with a clear error" 'cannot connect to 127.0.0.1' \
              timeout 30 "$pt" 127.0.0.1 -p 1 -x self -d memory -t am_lat $quick
+# Both processes started by Open MPI's mpirun: MPI exchanges what the TCP connection would,
+# rank 0 measures and prints. Every check is skipped, with the reason, where it cannot run.
+mpi_lib=$("$pt" -h | sed -n 's/^MPI: //p')
+mpi_checks=()
+for tls in shm tcp; do
+    for t in tag_lat tag_bw ucp_am_lat stream_bw ucp_put_bw ucp_get; do
+        mpi_checks+=("mpirun -np 2, LOOM_TLS=$tls: $t")
+    done
+done
+mpi_checks+=("mpirun -np 2: am_lat -x shm -d memory" "mpirun -np 3: a clear error"
+             "mpirun -np 2, a rank fails: the job ends" "mpirun -np 2, a bad client option: the job ends"
+             "mpirun -np 2 -h: one help" "a PMI launcher is refused before MPI_Init"
+             "MPICH's mpiexec gets a clear error")
+mpi_skip=
+case "$mpi_lib" in
+    none*) mpi_skip="loom_perftest was built without MPI (see the MPI line of configure's summary)" ;;
+    "") mpi_skip="loom_perftest -h names no MPI library" ;;
+    "Open MPI"*)
+        if ! mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
+            mpi_skip="loom_perftest was built with Open MPI, but no Open MPI mpirun is in PATH"
+        fi ;;
+    *) mpi_skip="loom_perftest was built with ${mpi_lib%%,*}; these checks know Open MPI's mpirun only" ;;
+esac
+if [ -n "$mpi_skip" ]; then
+    for name in "${mpi_checks[@]}"; do skip "$name" "$mpi_skip"; done
+    case "$mpi_lib" in
+        none*) check_output "without MPI, a launcher gets a clear error" 'built without MPI' \
+                            env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 timeout 30 "$pt" -t tag_lat ;;
+    esac
+else
+    if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+    # mpi_run NAME MPIRUN-AND-PERFTEST-ARGS...: passes when mpirun exits 0 and exactly one
+    # Final: line is printed (rank 0's).
+    mpi_run() {
+        local name=$1 out rc finals; shift
+        out=$(timeout 60 mpirun "$@" 2>&1)
+        rc=$?
+        finals=$(printf '%s\n' "$out" | grep -Ec -- "$final")
+        tap_n=$((tap_n + 1))
+        if [ $rc -eq 0 ] && [ "$finals" -eq 1 ]; then
+            echo "ok $tap_n - $name"
+        else
+            echo "not ok $tap_n - $name (mpirun exit $rc, $finals Final: lines)"
+            printf '%s\n' "$out" | tail -8 | sed 's/^/#   | /'
+            tap_failed=$((tap_failed + 1))
+        fi
+    }
+    for tls in shm tcp; do
+        for t in tag_lat tag_bw ucp_am_lat stream_bw ucp_put_bw ucp_get; do
+            mpi_run "mpirun -np 2, LOOM_TLS=$tls: $t" -np 2 -x LOOM_TLS=$tls "$pt" -t $t -n 300 -w 10 -f
+        done
+    done
+    # After the program name, -x is loom_perftest's transport, not mpirun's export.
+    mpi_run "mpirun -np 2: am_lat -x shm -d memory" -np 2 "$pt" -t am_lat -x shm -d memory $quick
+    check_output "mpirun -np 3: a clear error" 'needs exactly 2 processes.*not 3' \
+                 timeout 60 mpirun --oversubscribe -np 3 "$pt" -t tag_lat $quick
+    check_output "mpirun -np 2, a rank fails: the job ends" 'loom_ep_create failed: destination unreachable' \
+                 timeout 60 mpirun -np 2 -x LOOM_TLS=self "$pt" -t tag_lat $quick
+    check_output "mpirun -np 2, a bad client option: the job ends" 'the client needs -x TRANSPORT' \
+                 timeout 60 mpirun -np 2 "$pt" -t am_lat $quick
+    check "mpirun -np 2 -h: one help" test "$(timeout 60 mpirun -np 2 "$pt" -h | grep -c '^Usage')" -eq 1
+    # MPICH's mpiexec sets PMI_SIZE; Open MPI cannot join its job: refused before MPI_Init.
+    check_output "a PMI launcher is refused before MPI_Init" 'built with Open MPI.*cannot join' \
+                 env PMI_SIZE=2 PMI_RANK=0 timeout 30 "$pt" -t tag_lat $quick
+    if command -v mpiexec.mpich > /dev/null; then
+        check_output "MPICH's mpiexec gets a clear error" 'built with Open MPI.*cannot join' \
+                     timeout 60 mpiexec.mpich -n 2 "$pt" -t tag_lat $quick
+    else
+        skip "MPICH's mpiexec gets a clear error" "no mpiexec.mpich here"
+    fi
+fi
 finish

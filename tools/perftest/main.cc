@@ -1,7 +1,9 @@
 /**
  * loom_perftest entry point: option parsing (ucx_perftest-compatible for the common
- * options), the client/server/loopback roles and the parameter exchange.
+ * options), the client/server/loopback roles (by host name, or by rank under an MPI
+ * launcher) and the parameter exchange.
  */
+#include "mpi_oob.h"
 #include "perftest.h"
 
 #include "ucs/config/registry.h"
@@ -14,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace {
@@ -25,11 +29,20 @@ constexpr std::uint32_t kParamsMagic = 0x4c4f4f4d;  // "LOOM"
 constexpr std::uint16_t kParamsVersion = 1;
 
 void usage(FILE* out) {
+    const std::string mpi = mpi_library();
     std::fprintf(out,
                  "Usage: loom_perftest [server-hostname] [options]\n"
+                 "       mpirun -np 2 loom_perftest [options]\n"
                  "Measures Loom's latency, bandwidth and message rate between two processes.\n"
-                 "Start the server with no host name, then the client with the server's host name.\n"
-                 "\n"
+                 "Start the server with no host name, then the client with the server's host name;\n"
+                 "or start both with an MPI launcher: rank 0 is the client (it measures and prints the\n"
+                 "results), rank 1 the server, and MPI carries only what the TCP connection would\n"
+                 "(parameters, addresses, barriers), never inside the measurement.\n"
+                 "MPI: %s\n"
+                 "\n",
+                 mpi.empty() ? "none in this build (configure --with-mpi): run a server and a client"
+                             : (mpi + ", used when started by its launcher (mpirun -np 2)").c_str());
+    std::fprintf(out,
                  "  -t <test>     transport level (one transport, -x and -d):\n"
                  "                  am_lat, am_bw, put_lat, put_bw, get (or get_lat), get_bw\n"
                  "                protocol level (the C API, transports from LOOM_TLS):\n"
@@ -51,13 +64,19 @@ void usage(FILE* out) {
                  "                or sleep (arms the iface and sleeps on its event fd when idle)\n"
                  "  -c <cpu>      pin this process to a CPU\n"
                  "  -p <port>     TCP port of the out-of-band connection (13337)\n"
+                 "  -P <0|1>      MPI for the out-of-band exchange: 0 never, 1 even when no launcher is\n"
+                 "                recognised (default: when OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK is set)\n"
                  "  -l            loopback: one process plays both sides (no host name)\n"
                  "  -f            print only the final line\n"
                  "  -v            CSV output\n"
                  "  -h            this help\n"
                  "\n"
                  "Protocol-level example (set LOOM_TLS the same way for both processes):\n"
-                 "  LOOM_TLS=shm loom_perftest &  LOOM_TLS=shm loom_perftest localhost -t tag_lat -s 8\n");
+                 "  LOOM_TLS=shm loom_perftest &  LOOM_TLS=shm loom_perftest localhost -t tag_lat -s 8\n"
+                 "The same under Open MPI's mpirun (its -x exports a variable; after the program name,\n"
+                 "-x is loom_perftest's transport):\n"
+                 "  mpirun -np 2 -x LOOM_TLS=shm loom_perftest -t tag_lat -s 8\n"
+                 "  mpirun -np 2 loom_perftest -t am_lat -x shm -d memory\n");
 }
 
 bool parse_u64(const char* text, std::uint64_t& out) {
@@ -147,13 +166,14 @@ int main(int argc, char** argv) {
     bool loopback = false;
     bool test_given = false;
     int cpu = -1;
+    int use_mpi = -1;  // -P: 0 never, 1 always, -1 when a launcher is recognised
     opterr = 0;
     int opt;
     auto bad = [&](const char* what) {
         std::fprintf(stderr, "loom_perftest: invalid %s '%s'\n", what, optarg);
         return 2;
     };
-    while ((opt = getopt(argc, argv, "t:x:d:D:s:n:w:O:W:R:E:c:p:lfvhNH:")) != -1) {
+    while ((opt = getopt(argc, argv, "t:x:d:D:s:n:w:O:W:R:E:c:p:P:lfvhNH:")) != -1) {
         std::uint64_t value = 0;
         switch (opt) {
         case 't':
@@ -227,6 +247,10 @@ int main(int argc, char** argv) {
         case 'p':
             if (!parse_u64(optarg, port) || port == 0 || port > 65535) return bad("port");
             break;
+        case 'P':
+            if (std::strcmp(optarg, "0") != 0 && std::strcmp(optarg, "1") != 0) return bad("MPI mode (0 or 1)");
+            use_mpi = optarg[0] - '0';
+            break;
         case 'l': loopback = true; break;
         case 'f': out.final_only = true; break;
         case 'v': out.csv = true; break;
@@ -237,7 +261,10 @@ int main(int argc, char** argv) {
                 return 2;
             }
             break;
-        case 'h': usage(stdout); return 0;
+        case 'h':
+            // Under mpirun, one copy of the help rather than one per rank.
+            if (auto launcher = detect_launcher(); !launcher || launcher->rank <= 0) usage(stdout);
+            return 0;
         default:
             std::fprintf(stderr, "loom_perftest: unknown option '-%c'\n", optopt ? optopt : '?');
             usage(stderr);
@@ -262,23 +289,42 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    // Who plays which side: -l, both; a host name, the client; otherwise the server,
+    // unless an MPI launcher started this process: then rank 0 is the client and rank 1
+    // the server, and MPI replaces the TCP connection.
+    Role role = loopback ? Role::loopback : host ? Role::client : Role::server;
+    std::unique_ptr<Oob> oob;
+    if (role == Role::server && use_mpi != 0) {
+        std::optional<Launcher> launcher = detect_launcher();
+        if (!launcher && use_mpi == 1) {
+            launcher = Launcher{"a launcher loom_perftest does not recognise (-P 1)", "", -1, -1};
+        }
+        if (launcher) {
+            MpiJob job = join_mpi_job(*launcher, argc, argv);
+            if (!job.oob) return job.exit_code;
+            oob = std::move(job.oob);
+            role = job.rank == 0 ? Role::client : Role::server;
+        }
+    }
     // Transport modules first: their tables (LOOM_IB_*) are known only once they are loaded.
     (void)loom::ucs::load_modules("uct");
     loom::ucs::config::warn_unknown_variables();
 
     Report report;
-    loom::Status status;
-    if (loopback || host) {
+    loom::Status status = loom::Status::ok;
+    if (role != Role::server) {
+        const char* refusal = nullptr;
         if (!is_ucp_test(params.test) && (params.tl.empty() || params.dev.empty())) {
-            std::fprintf(stderr, "loom_perftest: the client needs -x TRANSPORT and -d DEVICE (see loom_info -d)\n");
-            return 2;
+            refusal = "the client needs -x TRANSPORT and -d DEVICE (see loom_info -d)";
+        } else if (!test_given) {
+            refusal = "the client needs -t TEST";
+        } else if (params.sleep && (loopback || is_ucp_test(params.test))) {
+            refusal = "-E sleep is for uct-level tests between two processes";
         }
-        if (!test_given) {
-            std::fprintf(stderr, "loom_perftest: the client needs -t TEST\n");
-            return 2;
-        }
-        if (params.sleep && (loopback || is_ucp_test(params.test))) {
-            std::fprintf(stderr, "loom_perftest: -E sleep is for uct-level tests between two processes\n");
+        if (refusal) {
+            std::fprintf(stderr, "loom_perftest: %s\n", refusal);
+            // Under MPI the server already waits for parameters: no parameters tell it to stop.
+            if (oob) (void)oob->send_blob({});
             return 2;
         }
     }
@@ -288,26 +334,36 @@ int main(int argc, char** argv) {
         reported = is_ucp_test(params.test);
         return reported ? run_ucp_test(params, role, oob, out, report) : run_uct_test(params, role, oob, out, report);
     };
-    if (loopback) {
+    if (role == Role::loopback) {
         status = run_test(Role::loopback, nullptr);
-    } else if (host) {
-        Oob oob;
-        status = oob.connect_to(host, static_cast<std::uint16_t>(port));
-        if (status == loom::Status::ok) status = oob.send_blob(pack_params(params));
-        if (status == loom::Status::ok) status = run_test(Role::client, &oob);
+    } else if (role == Role::client) {
+        if (!oob) {
+            auto tcp = std::make_unique<TcpOob>();
+            status = tcp->connect_to(host, static_cast<std::uint16_t>(port));
+            oob = std::move(tcp);
+        }
+        if (status == loom::Status::ok) status = oob->send_blob(pack_params(params));
+        if (status == loom::Status::ok) status = run_test(Role::client, oob.get());
     } else {
-        Oob oob;
-        status = oob.accept_one(static_cast<std::uint16_t>(port));
+        if (!oob) {
+            auto tcp = std::make_unique<TcpOob>();
+            status = tcp->accept_one(static_cast<std::uint16_t>(port));
+            oob = std::move(tcp);
+        }
         std::vector<std::uint8_t> blob;
-        if (status == loom::Status::ok) status = oob.recv_blob(blob);
+        if (status == loom::Status::ok) status = oob->recv_blob(blob);
+        // No parameters: the client refused its options and said why.
+        if (status == loom::Status::ok && blob.empty()) return 1;
         if (status == loom::Status::ok && !unpack_params(blob, params)) {
             std::fprintf(stderr, "loom_perftest: the client sent parameters this server does not understand\n");
             return 1;
         }
-        if (status == loom::Status::ok) status = run_test(Role::server, &oob);
+        if (status == loom::Status::ok) status = run_test(Role::server, oob.get());
     }
     if (status != loom::Status::ok) {
         if (!reported) std::fprintf(stderr, "loom_perftest: failed: %s\n", std::string(loom::to_string(status)).c_str());
+        // The peer must not wait for this process: TCP closes the connection, MPI aborts the job.
+        if (oob) oob->fail();
         return 1;
     }
     return 0;

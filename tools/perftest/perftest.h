@@ -9,13 +9,17 @@
  *            LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
  *   protocol layer (tag_lat, tag_sync_lat, tag_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add):
  *       LOOM_TLS=shm loom_perftest SERVER_HOST -t tag_lat
+ *   both started by MPI (rank 0 the client, rank 1 the server; mpi_oob.h):
+ *       mpirun -np 2 -x LOOM_TLS=shm loom_perftest -t tag_lat
  *
- * The client sends its parameters to the server over an out-of-band TCP connection
- * (the same socket then carries addresses and barriers), both open the transport,
- * and the client prints the results in ucx_perftest's columns with a final line
- * starting "Final:".
+ * The client sends its parameters to the server over an out-of-band channel (oob.h: a
+ * TCP connection, or MPI under mpirun), which then carries addresses and barriers; both
+ * open the transport, and the client prints the results in ucx_perftest's columns with
+ * a final line starting "Final:".
  */
 #pragma once
+
+#include "oob.h"
 
 #include "ucs/time/clock.h"
 #include "ucs/type/status.h"
@@ -98,36 +102,6 @@ void print_header(const OutputOptions& out, const Params& params);
 
 /** Prints one periodic line or the final one. */
 void print_report(const OutputOptions& out, const Report& report, bool final);
-
-/**
- * Out-of-band channel between client and server: a TCP connection used for the
- * parameters, the address exchange and barriers. Exceptions: none; every call
- * returns a Status and logs one line on failure.
- */
-class Oob {
-public:
-    Oob() = default;
-    ~Oob();
-    Oob(const Oob&) = delete;
-    Oob& operator=(const Oob&) = delete;
-
-    /** Server: listens on @p port and accepts one client. */
-    Status accept_one(std::uint16_t port);
-
-    /** Client: connects to @p host:@p port, retrying for a few seconds while the server starts. */
-    Status connect_to(const std::string& host, std::uint16_t port);
-
-    Status send(const void* data, std::size_t length);
-    Status recv(void* data, std::size_t length);
-    Status send_blob(const std::vector<std::uint8_t>& blob);
-    Status recv_blob(std::vector<std::uint8_t>& blob);
-
-    /** Both sides call it; returns when both arrived. */
-    Status barrier();
-
-private:
-    int fd_ = -1;
-};
 
 /**
  * Collects per-iteration times and prints periodic (every second) and final reports.

@@ -409,8 +409,7 @@ Status run_ucp_rma_test(const Params& params, Role role, Oob* oob, const OutputO
     if (loopback) {
         peer_address = ucp.address();
     } else {
-        Status s = oob->send_blob(ucp.address());
-        if (s == Status::ok) s = oob->recv_blob(peer_address);
+        Status s = oob->exchange(ucp.address(), peer_address);
         if (s != Status::ok) {
             std::fprintf(stderr, "loom_perftest: %s: the worker address exchange failed\n",
                          test_name(params.test));
@@ -432,8 +431,7 @@ Status run_ucp_rma_test(const Params& params, Role role, Oob* oob, const OutputO
         auto blob = ucp.describe(**tbuf);
         if (!blob) return blob.status();
         std::vector<std::uint8_t> peer_blob;
-        Status s = oob->send_blob(*blob);
-        if (s == Status::ok) s = oob->recv_blob(peer_blob);
+        Status s = oob->exchange(*blob, peer_blob);
         if (s != Status::ok) {
             std::fprintf(stderr, "loom_perftest: %s: the buffer exchange failed\n", test_name(params.test));
             return s;

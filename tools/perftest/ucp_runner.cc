@@ -759,15 +759,14 @@ Status run_ucp_test(const Params& params, Role role, Oob* oob, const OutputOptio
     // Both sides make their endpoint before either progresses, so the wire-up each one
     // sends finds the other's endpoint in place.
     std::vector<std::uint8_t> peer;
-    Status s = oob->send_blob(ucp.address());
-    if (s == Status::ok) s = oob->recv_blob(peer);
+    Status s = oob->exchange(ucp.address(), peer);
     if (s != Status::ok) {
         std::fprintf(stderr, "loom_perftest: %s: the worker address exchange failed: %s\n", test_name(params.test),
                      std::string(to_string(s)).c_str());
         return s;
     }
-    // On failure this process exits without the barrier: the peer sees the out-of-band
-    // connection close and stops too.
+    // On failure this process skips the barrier and main calls Oob::fail(): the peer sees
+    // the out-of-band connection close and stops too (under MPI the job is aborted).
     if (s = ucp.connect(peer.data()); s != Status::ok) return s;
     if (s = oob->barrier(); s != Status::ok) {
         std::fprintf(stderr, "loom_perftest: %s: the peer failed before the test (see its output)\n",

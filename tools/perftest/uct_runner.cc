@@ -745,9 +745,8 @@ Status run_uct_test(const Params& params, Role role, Oob* oob, const OutputOptio
 
     auto my_info = pack_info(me);
     if (!my_info) return my_info.status();
-    if (Status s = oob->send_blob(*my_info); s != Status::ok) return s;
     std::vector<std::uint8_t> peer_info;
-    if (Status s = oob->recv_blob(peer_info); s != Status::ok) return s;
+    if (Status s = oob->exchange(*my_info, peer_info); s != Status::ok) return s;
     if (Status s = connect_side(me, peer_info); s != Status::ok) return s;
     if (Status s = oob->barrier(); s != Status::ok) return s;
 

@@ -1,4 +1,4 @@
-#include "perftest.h"
+#include "oob.h"
 
 #include "ucs/debug/log.h"
 
@@ -16,11 +16,11 @@
 
 namespace loom::perftest {
 
-Oob::~Oob() {
+TcpOob::~TcpOob() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-Status Oob::accept_one(std::uint16_t port) {
+Status TcpOob::accept_one(std::uint16_t port) {
     int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0) {
         LOOM_LOG_ERROR("perftest: socket: {}", std::strerror(errno));
@@ -47,7 +47,7 @@ Status Oob::accept_one(std::uint16_t port) {
     return Status::ok;
 }
 
-Status Oob::connect_to(const std::string& host, std::uint16_t port) {
+Status TcpOob::connect_to(const std::string& host, std::uint16_t port) {
     addrinfo hints{};
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
@@ -78,7 +78,7 @@ Status Oob::connect_to(const std::string& host, std::uint16_t port) {
     return Status::unreachable;
 }
 
-Status Oob::send(const void* data, std::size_t length) {
+Status TcpOob::send(const void* data, std::size_t length) {
     const auto* p = static_cast<const std::uint8_t*>(data);
     while (length > 0) {
         ssize_t n = ::send(fd_, p, length, MSG_NOSIGNAL);
@@ -93,7 +93,7 @@ Status Oob::send(const void* data, std::size_t length) {
     return Status::ok;
 }
 
-Status Oob::recv(void* data, std::size_t length) {
+Status TcpOob::recv(void* data, std::size_t length) {
     auto* p = static_cast<std::uint8_t*>(data);
     while (length > 0) {
         ssize_t n = ::recv(fd_, p, length, 0);
@@ -108,13 +108,13 @@ Status Oob::recv(void* data, std::size_t length) {
     return Status::ok;
 }
 
-Status Oob::send_blob(const std::vector<std::uint8_t>& blob) {
+Status TcpOob::send_blob(const std::vector<std::uint8_t>& blob) {
     std::uint32_t length = static_cast<std::uint32_t>(blob.size());
     if (Status s = send(&length, sizeof(length)); s != Status::ok) return s;
     return blob.empty() ? Status::ok : send(blob.data(), blob.size());
 }
 
-Status Oob::recv_blob(std::vector<std::uint8_t>& blob) {
+Status TcpOob::recv_blob(std::vector<std::uint8_t>& blob) {
     std::uint32_t length = 0;
     if (Status s = recv(&length, sizeof(length)); s != Status::ok) return s;
     if (length > (64u << 20)) {
@@ -125,11 +125,21 @@ Status Oob::recv_blob(std::vector<std::uint8_t>& blob) {
     return length == 0 ? Status::ok : recv(blob.data(), length);
 }
 
-Status Oob::barrier() {
+Status TcpOob::exchange(const std::vector<std::uint8_t>& mine, std::vector<std::uint8_t>& peer) {
+    if (Status s = send_blob(mine); s != Status::ok) return s;
+    return recv_blob(peer);
+}
+
+Status TcpOob::barrier() {
     std::uint8_t token = 0x5a;
     if (Status s = send(&token, 1); s != Status::ok) return s;
     if (Status s = recv(&token, 1); s != Status::ok) return s;
     return token == 0x5a ? Status::ok : Status::malformed_packet;
+}
+
+void TcpOob::fail() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
 }
 
 }  // namespace loom::perftest
