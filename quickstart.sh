@@ -42,6 +42,10 @@ packages=(
     bpftrace
     libgtest-dev libgmock-dev
     libopenmpi-dev openmpi-bin
+    # MPI on Loom (bindings/ucx): the MPIs that run on it, UCX for the ABI test's headers
+    # and as the baseline, and what the MPI tests and plots use.
+    mpich libmpich-dev libucx-dev ucx-utils
+    iproute2 util-linux python3-matplotlib
 )
 
 install_packages() {
@@ -168,7 +172,36 @@ main_job() {
     echo "(eager below the rendezvous threshold, rendezvous above it: LOOM_PROTO_INFO=y shows the choice;"
     echo " compare with UCX: python3 contrib/bench/compare_ucp.py, docs/performance.md)"
     echo
+    mpi_job
     "$prefix/bin/loom_info" -v
+}
+
+# osu NAME TLS ARGS...: one OSU benchmark through Open MPI on Loom (loom_mpirun), 2 ranks.
+osu() {
+    local name=$1 tls=$2; shift 2
+    LOOM_TLS=$tls OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        timeout 300 "$prefix/bin/loom_mpirun" -np 2 "$osu_bin/$name" "$@" 2>&1
+}
+
+# The MPI part of the main job: unmodified Open MPI running the OSU benchmarks on Loom.
+mpi_job() {
+    say "main job, MPI: Open MPI's pml ucx on Loom (loom_mpirun), OSU 7.4 osu_latency and osu_bw, 2 ranks"
+    osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi | awk '{print $2}')
+    printf '%-10s %20s %22s %20s %22s\n' LOOM_TLS "osu_latency 8 B (us)" "loom_perftest tag_lat" \
+        "osu_bw 1 MiB (MB/s)" "loom_perftest tag_bw"
+    local tl
+    for tl in shm tcp; do
+        local lat bw plat pbw
+        lat=$(osu osu_latency "$tl" -m 8:8 | awk '$1 == 8 {print $2}')
+        bw=$(osu osu_bw "$tl" -m 1048576:1048576 | awk '$1 == 1048576 {print $2}')
+        plat=$(perf "$tl" all -t tag_lat -s 8 -n 100000 -w 1000 | awk '{print $4}')
+        pbw=$(perf "$tl" all -t tag_bw -s 1048576 -n 1000 -w 20 -O 64 | awk '{print $7}')
+        printf '%-10s %20s %22s %20s %22s\n' "$tl" "${lat:-failed}" "${plat:-failed}" "${bw:-failed}" "${pbw:-failed}"
+    done
+    echo "(latency: OSU's average and loom_perftest's average one-way time; osu_bw keeps 64 messages in flight,"
+    echo " so does tag_bw here. Any MPI program runs on Loom the same way: $prefix/bin/loom_mpirun -np N prog;"
+    echo " MPICH: loom_mpirun --mpich. Loom against UCX and ob1: python3 contrib/bench/compare_mpi.py, docs/mpi.md)"
+    echo
 }
 
 # ---------------------------------------------------------------------------------------

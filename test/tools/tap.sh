@@ -31,6 +31,23 @@ check_output() {
     fi
 }
 
+# check_run NAME COMMAND...: passes when COMMAND exits 0; on failure shows the end of its output.
+check_run() {
+    local name=$1; shift
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    tap_n=$((tap_n + 1))
+    if [ $rc -eq 0 ]; then
+        echo "ok $tap_n - $name"
+    else
+        echo "not ok $tap_n - $name"
+        echo "#   exit status $rc; the end of its output:"
+        printf '%s\n' "$out" | tail -15 | sed 's/^/#   | /'
+        tap_failed=$((tap_failed + 1))
+    fi
+}
+
 # skip NAME REASON: a check that cannot run here, listed with its reason ("# SKIP").
 skip() {
     tap_n=$((tap_n + 1))
