@@ -215,7 +215,15 @@ Status stream_progress(Request* req) {
             w.complete(req, static_cast<Status>(n));
             return Status::ok;
         }
-        req->send.offset += chunk;
+        // A generic datatype may pack less than asked: go on from where its data ended.
+        const std::size_t packed = static_cast<std::size_t>(n) - kHdrLen;
+        if (LOOM_UNLIKELY(packed == 0)) {
+            LOOM_LOG_ERROR("ucp: the datatype packed nothing at offset {} of {} bytes", req->send.offset, length);
+            req->send.dt.finish();
+            w.complete(req, Status::invalid_param);
+            return Status::ok;
+        }
+        req->send.offset += packed;
     }
     req->send.dt.finish();
     w.complete(req, Status::ok);

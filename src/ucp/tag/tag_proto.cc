@@ -998,16 +998,18 @@ Status eager_multi_progress(Request* req) {
     const std::size_t length = req->send.dt.length;
     do {
         ssize_t n;
-        std::size_t chunk;
+        std::size_t chunk, hdr_len;
         if (req->send.offset == 0 && !(req->send.msg_id & kRndvMsgBit)) {
             EagerFirstHdr hdr{req->send.tag, w.uuid, req->send.msg_id, length,
                               req->flags & kReqSync ? w.req_table.wire_id(req) : 0};
             chunk = std::min<std::size_t>(length, ep->max_bcopy - sizeof(hdr));
+            hdr_len = sizeof(hdr);
             PackArg arg{req, &hdr, sizeof(hdr), chunk};
             n = uct::ep_am_bcopy(ep->am_ep, kAmEagerFirst, pack_hdr_payload, &arg, 0);
         } else {
             EagerMiddleHdr hdr{w.uuid, req->send.msg_id & ~kRndvMsgBit, req->send.offset};
             chunk = std::min<std::size_t>(length - req->send.offset, ep->max_bcopy - sizeof(hdr));
+            hdr_len = sizeof(hdr);
             PackArg arg{req, &hdr, sizeof(hdr), chunk};
             n = uct::ep_am_bcopy(ep->am_ep, kAmEagerMiddle, pack_hdr_payload, &arg, 0);
         }
@@ -1017,7 +1019,17 @@ Status eager_multi_progress(Request* req) {
             w.complete(req, static_cast<Status>(n));
             return Status::ok;
         }
-        req->send.offset += chunk;
+        // A generic datatype may pack less than asked (MPICH packs whole elements only):
+        // the next fragment starts where this one's data ended.
+        const std::size_t packed = static_cast<std::size_t>(n) - hdr_len;
+        if (LOOM_UNLIKELY(packed == 0 && chunk != 0)) {
+            LOOM_LOG_ERROR("ucp: the datatype packed nothing at offset {} of {} bytes (room {})", req->send.offset,
+                           length, chunk);
+            req->send.dt.finish();
+            w.complete(req, Status::invalid_param);
+            return Status::ok;
+        }
+        req->send.offset += packed;
     } while (req->send.offset < length);
     send_local_done(req);
     return Status::ok;

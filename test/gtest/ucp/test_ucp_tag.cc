@@ -294,30 +294,41 @@ TEST_P(UcpTagTest, IovSendAndReceive) {
 struct Strided {
     char* buf;
     std::size_t count;
+    std::size_t elem;  ///< whole elements of this many bytes only (0: any piece)
 };
-void* start_pack(void*, const void* buffer, size_t count) {
-    return new Strided{static_cast<char*>(const_cast<void*>(buffer)), count};
+// The context, when not null, is an element size: pack then packs whole elements only (it
+// may return less than asked, as MPICH's does) and unpack takes whole elements only.
+void* start_pack(void* ctx, const void* buffer, size_t count) {
+    return new Strided{static_cast<char*>(const_cast<void*>(buffer)), count, reinterpret_cast<std::uintptr_t>(ctx)};
 }
-void* start_unpack(void*, void* buffer, size_t count) { return new Strided{static_cast<char*>(buffer), count}; }
+void* start_unpack(void* ctx, void* buffer, size_t count) {
+    return new Strided{static_cast<char*>(buffer), count, reinterpret_cast<std::uintptr_t>(ctx)};
+}
 size_t packed_size(void* state) { return static_cast<Strided*>(state)->count; }
 size_t pack(void* state, size_t offset, void* dest, size_t max) {
     auto* s = static_cast<Strided*>(state);
     size_t n = std::min(max, s->count - offset);
+    if (s->elem != 0 && offset + n < s->count) n -= n % s->elem;
     for (size_t i = 0; i < n; ++i) static_cast<char*>(dest)[i] = s->buf[2 * (offset + i)];
     return n;
 }
 loom_status_t unpack(void* state, size_t offset, const void* src, size_t length) {
     auto* s = static_cast<Strided*>(state);
     if (offset + length > s->count) return LOOM_ERR_MESSAGE_TRUNCATED;
+    if (s->elem != 0 && (offset % s->elem != 0 || (offset + length < s->count && length % s->elem != 0))) {
+        return LOOM_ERR_MESSAGE_TRUNCATED;  // a piece that splits an element
+    }
     for (size_t i = 0; i < length; ++i) s->buf[2 * (offset + i)] = static_cast<const char*>(src)[i];
     return LOOM_OK;
 }
 void finish(void* state) { delete static_cast<Strided*>(state); }
 
 TEST_P(UcpTagTest, GenericDatatype) {
+    for (std::uintptr_t elem : {0, 7}) {  // 7: packs whole 7-byte elements only (less than asked)
+    SCOPED_TRACE(elem);
     loom_generic_dt_ops_t ops{start_pack, start_unpack, packed_size, pack, unpack, finish};
     loom_datatype_t dt;
-    ASSERT_EQ(LOOM_OK, loom_dt_create_generic(&ops, nullptr, &dt));
+    ASSERT_EQ(LOOM_OK, loom_dt_create_generic(&ops, reinterpret_cast<void*>(elem), &dt));
     for (std::size_t count : {5, 20000, 300000}) {
         auto src = pattern(2 * count, 6);
         std::vector<char> dst(2 * count, 0);
@@ -334,6 +345,7 @@ TEST_P(UcpTagTest, GenericDatatype) {
         }
     }
     loom_dt_destroy(dt);
+    }
 }
 
 TEST_P(UcpTagTest, ThousandsOutstanding) {
