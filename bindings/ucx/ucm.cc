@@ -3,8 +3,10 @@
  * registration caches. With opal_common_ucx_opal_mem_hooks (Open MPI's default) Open MPI
  * watches munmap itself and reports each release with ucm_vm_munmap, after telling us
  * with ucm_set_external_event that it will; otherwise it asks ucm_test_events whether we
- * see unmaps by ourselves (Loom does when libloom-ucs's hooks are in the global symbol
- * scope, as they are for a library the program or its plugins link).
+ * see unmaps by ourselves. Loom does only when libloom-ucs's hooks come before the C
+ * library in the symbol search order (a program linked with it directly, or LD_PRELOAD);
+ * reached through this layer, as from Open MPI's plugins, they do not, and
+ * ucm_test_events says UCS_ERR_UNSUPPORTED.
  */
 #include "compat.h"
 

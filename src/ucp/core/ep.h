@@ -35,7 +35,7 @@ enum LaneState : std::uint8_t {
 struct Lane {
     uct::Ep* ep = nullptr;
     std::uint8_t iface = 0;         ///< the local worker's iface index
-    std::uint8_t remote_iface = 0;  ///< the peer's iface index, in its address order
+    std::uint8_t remote_iface = 0;  ///< the peer's iface index in its worker (RemoteIface::index)
     std::uint8_t state = kLaneReady;
     std::uint8_t remote_md = 0;     ///< the peer's memory domain this lane reaches (picks its remote key entry)
 };

@@ -156,15 +156,18 @@ Status connect_lanes(Worker& worker, Ep* ep, const UnpackedAddress& address, con
         for (const LaneEntry& e : entries) {
             if (e.hdr.sender_iface == lane.remote_iface && e.hdr.receiver_iface == lane.iface) entry = &e;
         }
-        if (entry == nullptr || lane.remote_iface >= address.ifaces.size()) {
+        const RemoteIface* ri = nullptr;
+        for (const RemoteIface& r : address.ifaces) {
+            if (r.index == lane.remote_iface) ri = &r;
+        }
+        if (entry == nullptr || ri == nullptr) {
             LOOM_LOG_ERROR("ucp: wire-up with {:016x}: the peer has no endpoint for our {} lane on {} (do both "
                            "sides use the same LOOM_TLS and devices?)",
                            ep->remote_uuid, wi.rsc->tl.tl_name, wi.rsc->tl.dev_name);
             return Status::unreachable;
         }
         if (lane.state == kLaneUnconnected) {
-            const RemoteIface& ri = address.ifaces[lane.remote_iface];
-            Status s = wi.iface->ep_connect_to_ep(lane.ep, ri.dev_addr.data(), ri.dev_addr.size(), entry->ep_addr,
+            Status s = wi.iface->ep_connect_to_ep(lane.ep, ri->dev_addr.data(), ri->dev_addr.size(), entry->ep_addr,
                                                   entry->hdr.ep_addr_len, hold ? unsigned{uct::kConnectHoldSends} : 0u);
             if (s != Status::ok) {
                 LOOM_LOG_ERROR("ucp: wire-up with {:016x}: cannot connect {} on {}: {}", ep->remote_uuid,

@@ -366,8 +366,10 @@ std::vector<std::uint8_t> Worker::pack_address(bool net_only) const {
     pack_put<std::uint8_t>(out, 0);
     pack_put<std::uint32_t>(out, 0);  // total length, set below
     pack_put<std::uint64_t>(out, uuid);
-    for (const WorkerIface& wi : ifaces) {
+    for (std::size_t index = 0; index < ifaces.size(); ++index) {
+        const WorkerIface& wi = ifaces[index];
         if (!packed(wi)) continue;
+        pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(index));
         const std::string& name = wi.rsc->tl.tl_name;
         pack_put<std::uint8_t>(out, static_cast<std::uint8_t>(name.size()));
         out.insert(out.end(), name.begin(), name.end());
@@ -419,6 +421,7 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
     r = PackedReader{static_cast<const std::uint8_t*>(data) + kAddressHeader, total - kAddressHeader};
     for (unsigned i = 0; i < num && r.ok; ++i) {
         RemoteIface ri;
+        ri.index = r.get<std::uint8_t>();
         auto name = r.copy(r.get<std::uint8_t>());
         ri.tl_name.assign(name.begin(), name.end());
         const auto type = r.get<std::uint8_t>();
@@ -432,6 +435,8 @@ Result<UnpackedAddress> Worker::unpack_address(const void* data, std::size_t max
         ri.md_index = r.get<std::uint8_t>();
         ri.dev_addr = r.copy(r.get<std::uint16_t>());
         ri.iface_addr = r.copy(r.get<std::uint16_t>());
+        // Entries come in the peer's iface order, each index once: anything else is forged.
+        if (!addr.ifaces.empty() && ri.index <= addr.ifaces.back().index) r.ok = false;
         addr.ifaces.push_back(std::move(ri));
     }
     if (!r.ok || r.left != 0) {
@@ -786,7 +791,7 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
                            to_string(uep.status()));
             return uep.status();
         }
-        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, c.remote, c.to_ep ? kLaneUnconnected : kLaneReady, ri.md_index};
+        ep.lanes[ep.num_lanes++] = Lane{*uep, c.local, ri.index, c.to_ep ? kLaneUnconnected : kLaneReady, ri.md_index};
         return Status::ok;
     };
     ep.wireup_lane = kNoLane;

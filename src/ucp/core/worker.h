@@ -48,6 +48,12 @@ struct RemoteIface {
     float overhead = 0;   ///< seconds
     std::uint8_t priority = 0;
     std::uint8_t md_index = 0;  ///< the peer's memory domain of this iface (its remote keys name it)
+    /**
+     * The iface's position in the peer's worker: what wire messages name it by (lanes,
+     * rendezvous). Not its position in this address, which may leave ifaces out
+     * (LOOM_WORKER_ADDRESS_FLAG_NET_ONLY).
+     */
+    std::uint8_t index = 0;
     std::vector<std::uint8_t> dev_addr;
     std::vector<std::uint8_t> iface_addr;
 };
@@ -66,7 +72,7 @@ struct UnpackedAddress {
 inline constexpr std::uint64_t kAddrCapAuxOnly = 1ull << 63;
 
 /** Version of the packed worker address; unpack refuses others with version_mismatch. */
-inline constexpr std::uint8_t kAddressVersion = 2;
+inline constexpr std::uint8_t kAddressVersion = 3;
 
 /** A message that arrived before a receive wanted it. */
 struct UnexpDesc {

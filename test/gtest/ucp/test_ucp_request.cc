@@ -433,6 +433,18 @@ TEST_P(UcpRequestTest, NetOnlyAddressCarriesOnlyNetworkTransports) {
         EXPECT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep, &v, sizeof(v), 51, nullptr)));
         EXPECT_EQ(LOOM_OK, wait(r));
         EXPECT_EQ(7u, got);
+        // A rendezvous names the receiver's iface by its index in the receiver's worker, not
+        // by its position in the (shorter) network-only address (the receiver read tcp's
+        // index as shm's, and logged failed key unpacks before falling back).
+        loom::test::LogCapture log;
+        std::vector<char> big(1 << 20), in(1 << 20, 0);
+        for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13);
+        r = loom_tag_recv_nbx(receiver_, in.data(), in.size(), 52, ~0ull, nullptr);
+        EXPECT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep, big.data(), big.size(), 52, nullptr)));
+        EXPECT_EQ(LOOM_OK, wait(r));
+        EXPECT_TRUE(in == big);
+        EXPECT_EQ(0, log.count("ERROR")) << log.text();
+        EXPECT_EQ(0, log.count("WARN")) << log.text();
         force_close(ep);
     }
     loom_worker_release_address(receiver_, full.address);
