@@ -148,10 +148,53 @@ suite_script='
     else
         echo "== soft-iWARP accept window not widened (needs siw devices and bpftrace)"
     fi
+    # Unmodified Open MPI on Loom over rc (the regular build: the sanitizer build'"'"'s libraries
+    # cannot load into uninstrumented MPI processes): osu_latency with validation, and the
+    # MPI correctness suite with 2 ranks. TAP lines become gtest-style markers, counted below.
+    if [ -n "$7" ]; then
+        [ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd   # the VM lacks it; bash process substitution needs it
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        for dev in $devices; do
+            d=${dev%%:*}
+            echo "== Open MPI (pml ucx) on Loom over rc on $dev: osu_latency -c, the MPI suite with 2 ranks"
+            out=$(LD_LIBRARY_PATH="$7" LOOM_TLS=rc,self LOOM_NET_DEVICES=$dev timeout 600 mpirun -np 2 \
+                  -x LD_LIBRARY_PATH -x LOOM_TLS -x LOOM_NET_DEVICES -x LOOM_MODULE_DIR --mca pml ucx \
+                  --mca opal_common_ucx_tls any --mca opal_common_ucx_devices any \
+                  "$8/osu_latency" -c -m 1:1048576 -i 50 -x 5 2>&1)
+            if [ $? -eq 0 ] && printf "%s\n" "$out" | grep -q Pass && ! printf "%s\n" "$out" | grep -q Fail; then
+                echo "[       OK ] MpiOnRc.${d}_osu_latency (0 ms)"
+            else
+                printf "%s\n" "$out" | tail -15 | sed "s/^/  osu| /"
+                echo "[  FAILED  ] MpiOnRc.${d}_osu_latency (0 ms)"; rc=1
+            fi
+            LOOM_NET_DEVICES=$dev top_srcdir="$9" "$9/test/mpi/run_mpi_suite.sh" --loom "$7" --stacks ompi-loom \
+                --np 2 --tls rc,self --timeout 600 "${10}" > mpi_suite.out 2>&1 || rc=1
+            awk -v d="$d" '"'"'
+                function name(s) { sub(/^(not )?ok [0-9]+ - /, "", s); sub(/ # SKIP.*/, "", s); gsub(/[^A-Za-z0-9]+/, "_", s); return "MpiOnRc." d "_" s }
+                /^ok .* # SKIP/ { print "[  SKIPPED ] " name($0) " (0 ms)"; next }
+                /^ok /          { print "[       OK ] " name($0) " (0 ms)"; next }
+                /^not ok /      { print "[  FAILED  ] " name($0) " (0 ms)"; next }
+                { print "  mpi| " $0 }'"'"' mpi_suite.out
+            rm -f mpi_suite.out
+        done
+    else
+        echo "== MPI over rc: not run for this build (its sanitizer libraries cannot load into MPI processes; the regular build runs it)"
+    fi
     exit $rc'
+# What the VM needs from the source tree goes into the build tree: a checkout under /tmp is
+# invisible in the VM (its /tmp is a fresh tmpfs).
+mpi_src=$outdir/mpi-src
+mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
+cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
+cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
+mpi_compat="" osu_bin=""
+if ! grep -q 'fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
+    mpi_compat=$build/bindings/ucx/.libs
+    osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
+fi
 suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
            bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
-           "$build/tools/perftest/loom_perftest")
+           "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi")
 
 case $build in
     */sanitize) label="the AddressSanitizer+UBSan build" ;;

@@ -58,3 +58,9 @@ finish() {
     echo "1..$tap_n"
     [ "$tap_failed" -eq 0 ]
 }
+
+# sanitizer_build DIR: true when the build tree DIR was configured with AddressSanitizer.
+# Its libraries cannot be loaded into programs built without it (an MPI program, say).
+sanitizer_build() {
+    grep -q -- '-fsanitize=address' "$1/Makefile" 2>/dev/null
+}
