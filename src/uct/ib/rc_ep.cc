@@ -39,7 +39,11 @@ LOOM_ALWAYS_INLINE std::uint64_t make_wr_id(const RcEp* ep, std::uint64_t sn) {
 LOOM_ALWAYS_INLINE Status post_send(RcIface* iface, RcEp* ep, ibv_send_wr& wr, bool signal) {
     std::uint64_t sn = ep->tx_sn + 1;
     wr.wr_id = make_wr_id(ep, sn);
-    bool signaled = signal || ep->unsignaled + 1u >= iface->signal_interval;
+    // A read or an atomic completes when its response arrives, which may be after later
+    // requests completed (soft-iWARP): each gets its own completion (RcIface::complete_upto).
+    const bool response = wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                          wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+    bool signaled = signal || response || ep->unsignaled + 1u >= iface->signal_interval;
     if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
     bool fenced = false;
     if (LOOM_UNLIKELY(ep->flags & kEpFence)) {
@@ -57,6 +61,7 @@ LOOM_ALWAYS_INLINE Status post_send(RcIface* iface, RcEp* ep, ibv_send_wr& wr, b
     ep->tx_sn = sn;
     --ep->sq_avail;
     --iface->cq_avail;
+    if (response) iface->response_due(ep, sn);
     return Status::ok;
 }
 

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,13 @@ struct RcEpCold {
     std::uint64_t probe_sn = 0;                      ///< sn of the last probe posted (0: none yet)
     std::uint8_t probes = 0;                         ///< probes posted so far
     std::string peer;                                ///< for log lines
+    /**
+     * sns of the reads and atomics that wait for their responses, oldest first (responses
+     * come back in the order the requests went out). soft-iWARP completes a send or write
+     * once it is handed to TCP, before the response to a read posted earlier arrives: the
+     * send queue's completions come out of order there.
+     */
+    std::deque<std::uint64_t> response_sns;
 };
 
 /** An rc endpoint; see the file comment. */
@@ -146,6 +154,12 @@ struct RcEp : Ep {
     std::uint16_t unsignaled;  ///< requests posted since the last signaled one
     std::uint16_t gen;         ///< generation: tells this endpoint's completions from a dead one's
     std::uint8_t flags;
+    /**
+     * Reads and atomics posted whose own completions have not arrived (their sns are in
+     * RcEpCold::response_sns). While one is due, a later request's completion does not
+     * complete the requests before it: see RcIface::complete_upto.
+     */
+    std::uint16_t responses_due;
     std::uint32_t qp_num;
     std::int32_t rq_posted;             ///< receives posted on the QP's own queue (no SRQ)
     std::uint64_t tx_sn;                ///< sn of the last posted request

@@ -180,8 +180,12 @@ public:
     ucs::MemPool op_pool;                     ///< TxOp records without a buffer
     ucs::MemPool rx_pool;                     ///< registered receive descriptors
 
+    /** Records that request @p sn of @p ep (a read or an atomic) waits for its response. */
+    void response_due(RcEp* ep, std::uint64_t sn);
+
 private:
     Status check_config();
+    bool ooo_seen_ = false;  ///< completions came out of order once (logged once)
     ibv_qp_init_attr qp_init_attr(std::uint32_t inline_size) const;
     Status probe_inline();
     Status init_pools();

@@ -110,13 +110,41 @@ void RcIface::tx_error(RcEp* ep, const ibv_wc& wc) {
             fmt::format("{} (vendor error {:#x})", wc_status_text(wc.status), wc.vendor_err));
 }
 
+void RcIface::response_due(RcEp* ep, std::uint64_t sn) {
+    ep->cold->response_sns.push_back(sn);
+    ++ep->responses_due;
+}
+
 void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
-    if (LOOM_UNLIKELY(sn <= ep->acked_sn || sn > ep->tx_sn)) return;  // duplicate or corrupt
-    auto done = static_cast<std::int32_t>(sn - ep->acked_sn);
-    ep->acked_sn = sn;
-    cq_avail += done;
-    if (LOOM_LIKELY(!(ep->flags & kEpFailed))) ep->sq_avail += done;
-    while (!ep->ops.empty() && ep->ops.front().sn <= sn) {
+    if (LOOM_UNLIKELY(sn > ep->tx_sn)) return;  // corrupt
+    if (LOOM_LIKELY(sn > ep->acked_sn)) {
+        auto done = static_cast<std::int32_t>(sn - ep->acked_sn);
+        ep->acked_sn = sn;
+        cq_avail += done;
+        if (LOOM_LIKELY(!(ep->flags & kEpFailed))) ep->sq_avail += done;
+    } else if (ep->responses_due == 0) {
+        return;  // nothing can complete twice
+    }
+    // Operations complete in sn order up to acked_sn, but never past a read or atomic whose
+    // response has not arrived: on soft-iWARP a later send's completion comes first, and
+    // taking it as the read's would hand out a buffer the read has not filled yet.
+    std::uint64_t upto = ep->acked_sn;
+    if (LOOM_UNLIKELY(ep->responses_due != 0)) {
+        auto& due = ep->cold->response_sns;
+        if (status != Status::ok) {
+            while (!due.empty() && due.front() <= sn) due.pop_front();  // failed: nothing comes back
+        } else if (!due.empty() && due.front() == sn) {
+            due.pop_front();
+        } else if (!due.empty() && due.front() < sn && !ooo_seen_) {
+            ooo_seen_ = true;
+            LOOM_LOG_DIAG("rc/{}: request {} completed before the read or atomic {} posted earlier; {} waits for "
+                          "its response (the device completes out of order)",
+                          resource().dev_name, sn, due.front(), due.front());
+        }
+        ep->responses_due = static_cast<std::uint16_t>(due.size());
+        if (!due.empty()) upto = std::min(upto, due.front() - 1);
+    }
+    while (!ep->ops.empty() && ep->ops.front().sn <= upto) {
         TxOp* op = ep->ops.pop_front();
         finish_op(op, status);
     }
@@ -407,6 +435,7 @@ Status RcIface::post_flush_marker(RcEp* ep) {
     ep->tx_sn = sn;
     --ep->sq_avail;
     --cq_avail;
+    if (iwarp_) response_due(ep, sn);
     return Status::ok;
 }
 
