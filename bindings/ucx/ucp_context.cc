@@ -5,6 +5,7 @@
 #include "compat.h"
 
 #include <cstdlib>
+#include <dlfcn.h>
 #include <cstring>
 #include <map>
 #include <new>
@@ -35,6 +36,22 @@ void request_init_hook(void* loom_request, void* arg) {
 void request_cleanup_hook(void* loom_request, void* arg) {
     auto* ctx = static_cast<Context*>(arg);
     if (ctx->request_cleanup != nullptr) ctx->request_cleanup(ucx_handle(loom_request));
+}
+
+/**
+ * Open MPI reports every munmap itself through libucm (ucm_set_external_event, then
+ * ucm_vm_munmap), and Loom's own hooks cannot see them from inside a plugin (docs/mpi.md):
+ * then Loom's registration caches take their events from those reports
+ * (LOOM_MEM_EVENTS=user) instead of being turned off. Without such reports (MPICH, or a
+ * program that never loads libucm) nothing changes. A LOOM_MEM_EVENTS the user set wins.
+ */
+void use_external_memory_events() {
+    if (std::getenv("LOOM_MEM_EVENTS") != nullptr) return;
+    using TestFn = ucs_status_t (*)(int);
+    auto test = reinterpret_cast<TestFn>(::dlsym(RTLD_DEFAULT, "ucm_test_external_events"));
+    if (test == nullptr || test(UCM_EVENT_VM_UNMAPPED) != UCS_OK) return;
+    ::setenv("LOOM_MEM_EVENTS", "user", 0);
+    log_debug("ucp_init", "the application reports unmapped memory through libucm: LOOM_MEM_EVENTS=user");
 }
 
 /** Says once that UCX_* variables do not configure Loom (a user setting UCX_TLS expects an effect). */
@@ -171,6 +188,7 @@ ucs_status_t ucp_init_version(unsigned api_major_version,
         if (api_major_version != kApiMajor) return UCS_ERR_UNSUPPORTED;
     }
     warn_ucx_variables();
+    use_external_memory_events();
     const std::uint64_t m = params->field_mask;
     auto* ctx = new (std::nothrow) Context;
     if (ctx == nullptr) return UCS_ERR_NO_MEMORY;

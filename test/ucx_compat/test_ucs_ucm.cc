@@ -9,7 +9,9 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <thread>
 
 namespace ucx_compat {
@@ -99,6 +101,31 @@ TEST(Ucm, TestEventsSaysWhetherLoomSeesUnmapsItself) {
     EXPECT_EQ(expected, ucm_test_events(UCM_EVENT_MUNMAP | UCM_EVENT_VM_UNMAPPED));
     EXPECT_EQ(UCS_OK, ucm_test_events(0));
     EXPECT_EQ(UCS_OK, ucm_test_events(UCM_EVENT_VM_MAPPED));  // nothing to check for mappings
+}
+
+TEST(Ucm, ReportedUnmapsFeedLoomsCachesWhenTheUserSaidNothing) {
+    // Open MPI declares the unmaps it will report (ucm_set_external_event) before ucp_init:
+    // Loom's registration caches then take their events from those reports.
+    const char* before = std::getenv("LOOM_MEM_EVENTS");
+    const std::string saved = before ? before : "";
+    unsetenv("LOOM_MEM_EVENTS");
+    ucm_unset_external_event(UCM_EVENT_VM_UNMAPPED);
+    { Context ctx("shm,self"); ASSERT_EQ(UCS_OK, ctx.status()); }
+    EXPECT_EQ(nullptr, std::getenv("LOOM_MEM_EVENTS")) << "nothing declared: nothing changes";
+    ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
+    { Context ctx("shm,self"); ASSERT_EQ(UCS_OK, ctx.status()); }
+    ASSERT_NE(nullptr, std::getenv("LOOM_MEM_EVENTS"));
+    EXPECT_STREQ("user", std::getenv("LOOM_MEM_EVENTS"));
+    // A value the user set wins.
+    setenv("LOOM_MEM_EVENTS", "none", 1);
+    { Context ctx("shm,self"); ASSERT_EQ(UCS_OK, ctx.status()); }
+    EXPECT_STREQ("none", std::getenv("LOOM_MEM_EVENTS"));
+    ucm_unset_external_event(UCM_EVENT_VM_UNMAPPED);
+    if (before) {
+        setenv("LOOM_MEM_EVENTS", saved.c_str(), 1);
+    } else {
+        unsetenv("LOOM_MEM_EVENTS");
+    }
 }
 
 TEST(Ucm, ExternalEventsAsDeclared) {
