@@ -185,6 +185,12 @@ inline ucp_ep_h U(loom_ep_h ep) noexcept { return reinterpret_cast<ucp_ep_h>(ep)
 inline Worker* W(ucp_worker_h w) noexcept { return reinterpret_cast<Worker*>(w); }
 inline Context* C(ucp_context_h c) noexcept { return reinterpret_cast<Context*>(c); }
 
+/**
+ * Waits for Loom's @p r (a status or a request), progressing @p w, and frees the request:
+ * the blocking UCX 1.x calls. Returns the operation's UCX status.
+ */
+ucs_status_t wait_blocking(Worker* w, loom_status_ptr_t r) noexcept;
+
 /** The Loom worker an endpoint belongs to, through the layer's registry (control paths only). */
 Worker* worker_of(loom_ep_h ep) noexcept;
 /** Records that @p ep belongs to @p w (ucp_ep_create) or forgets it (nullptr). */

@@ -73,6 +73,14 @@ std::unordered_map<loom_ep_h, Worker*>& ep_workers() {
 }
 }  // namespace
 
+ucs_status_t wait_blocking(Worker* w, loom_status_ptr_t r) noexcept {
+    if (!LOOM_PTR_IS_PTR(r)) return to_ucs(LOOM_PTR_STATUS(r));
+    loom_status_t s;
+    while ((s = loom_request_check_status(r)) == LOOM_INPROGRESS) loom_worker_progress(w->loom);
+    loom_request_free(r);
+    return to_ucs(s);
+}
+
 Worker* worker_of(loom_ep_h ep) noexcept {
     std::lock_guard<std::mutex> g(g_ep_lock);
     auto it = ep_workers().find(ep);

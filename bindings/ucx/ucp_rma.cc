@@ -37,10 +37,7 @@ ucs_status_t wait_ep(ucp_ep_h ep, loom_status_ptr_t r, const char* call) {
         log_error(call, "endpoint %p was not created through this layer", static_cast<void*>(ep));
         return UCS_ERR_INVALID_PARAM;
     }
-    loom_status_t s;
-    while ((s = loom_request_check_status(r)) == LOOM_INPROGRESS) loom_worker_progress(w->loom);
-    loom_request_free(r);
-    return to_ucs(s);
+    return wait_blocking(w, r);
 }
 
 /**

@@ -12,14 +12,6 @@ using namespace loom::ucx;
 
 namespace {
 
-loom_status_ptr_t wait_loom(Worker* w, loom_status_ptr_t r) {
-    if (!LOOM_PTR_IS_PTR(r)) return r;
-    loom_status_t s;
-    while ((s = loom_request_check_status(r)) == LOOM_INPROGRESS) loom_worker_progress(w->loom);
-    loom_request_free(r);
-    return reinterpret_cast<loom_status_ptr_t>(static_cast<std::intptr_t>(s));
-}
-
 /** Loom's error handler of an endpoint whose UCX creator asked for one. */
 void ep_err_trampoline(void* arg, loom_ep_h ep, loom_status_t status) {
     auto* e = static_cast<EpErr*>(arg);
@@ -204,7 +196,7 @@ ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h worker, unsigned /*flags*/,
 
 ucs_status_t ucp_worker_flush(ucp_worker_h worker) {
     Worker* w = W(worker);
-    return to_ucs(LOOM_PTR_STATUS(wait_loom(w, loom_worker_flush_nbx(w->loom, nullptr))));
+    return wait_blocking(w, loom_worker_flush_nbx(w->loom, nullptr));
 }
 
 // --- endpoints ------------------------------------------------------------------------------
@@ -282,7 +274,7 @@ void ucp_ep_destroy(ucp_ep_h ep) {
     if (ep == nullptr) return;
     Worker* w = worker_of(E(ep));
     ucs_status_ptr_t r = close_nbx(ep, nullptr, false, "ucp_ep_destroy");
-    if (w != nullptr && r != nullptr && !UCS_PTR_IS_ERR(r)) (void)wait_loom(w, loom_handle(r));
+    if (w != nullptr && r != nullptr && !UCS_PTR_IS_ERR(r)) (void)wait_blocking(w, loom_handle(r));
 }
 
 ucs_status_ptr_t ucp_ep_flush_nbx(ucp_ep_h ep,
@@ -306,7 +298,7 @@ ucs_status_t ucp_ep_flush(ucp_ep_h ep) {
         log_error("ucp_ep_flush", "unknown endpoint %p", static_cast<void*>(ep));
         return UCS_ERR_INVALID_PARAM;
     }
-    return to_ucs(LOOM_PTR_STATUS(wait_loom(w, loom_ep_flush_nbx(E(ep), nullptr))));
+    return wait_blocking(w, loom_ep_flush_nbx(E(ep), nullptr));
 }
 
 void ucp_ep_print_info(ucp_ep_h ep, FILE* stream) {
