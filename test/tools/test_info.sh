@@ -21,10 +21,10 @@ check_output "-T shows lo as virtual and local"  '^# lo +network +virtual +[0-9a
 check_output "-T names the clock source"         '^# clock: (tsc|monotonic), [0-9]+\.[0-9]+ MHz'  "$info" -T
 check_output "-T prints the NUMA distance matrix" '^#  node1 +20 +10$'                      env HWLOC_SYNTHETIC="node:2 core:1 pu:1" "$info" -T
 # Endpoint configuration (-e, -D): the protocols an endpoint would use.
-check_output "-e shows self's protocols"          '^#  +0 \.\. [0-9]+ +eager short$'        env LOOM_TLS=self "$info" -e -D self
+check_output "-e shows self's protocols"          '^# +0 \.\. [0-9]+ +tag eager short on self/' env LOOM_TLS=self "$info" -e -D self
 check_output "-e names the AM lane"               'AM lane shm/memory'                     env LOOM_TLS=shm "$info" -e -D shm
-check_output "-e follows LOOM_RNDV_THRESH"        '^# +5000 \.\. inf +rendezvous'          env LOOM_TLS=tcp LOOM_RNDV_THRESH=5000 "$info" -e -D net
-check_output "-e ends eager short at the threshold" '^# +0 \.\. 4999 +eager short$'          env LOOM_TLS=tcp LOOM_RNDV_THRESH=5000 "$info" -e -D net
+check_output "-e follows LOOM_RNDV_THRESH"        '^# +5000 \.\. inf +tag rendezvous'          env LOOM_TLS=tcp LOOM_RNDV_THRESH=5000 "$info" -e -D net
+check_output "-e ends eager short at the threshold" '^# +0 \.\. 4999 +tag eager short '          env LOOM_TLS=tcp LOOM_RNDV_THRESH=5000 "$info" -e -D net
 check_output "-e net leaves same-host transports" 'AM lane tcp/'                           env LOOM_TLS=shm,tcp "$info" -e -D net
 check_output "-e net without tcp says so"         'no transport reaches such a peer'       env LOOM_TLS=shm "$info" -e -D net
 check_output "-D takes known kinds only"          "-D takes self, shm or net, not 'foo'"    "$info" -e -D foo

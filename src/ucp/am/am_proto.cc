@@ -8,7 +8,10 @@
 
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/rndv_thresh.h"
 #include "ucp/tag/tag_proto.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -359,8 +362,6 @@ std::size_t am_pack(void* dest, void* a) {
     return n;
 }
 
-std::size_t lead_length(const AmHdr& hdr) { return sizeof(AmHdr) + (hdr.flags & kAmWireReply ? 8 : 0); }
-
 /** The whole message in one bcopy (the caller checked it fits). */
 ssize_t am_send_single(Ep* ep, const AmHdr& hdr, const void* header, DtState& dt) {
     const std::uint64_t uuid = ep->worker->uuid;
@@ -381,6 +382,24 @@ Status am_single_progress(Request* req) {
     ssize_t n = am_send_single(req->send.ep, hdr_of(req->send.tag), req->send.am_header, req->send.dt);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     send_done(req, n < 0 ? static_cast<Status>(n) : Status::ok);
+    return Status::ok;
+}
+
+/**
+ * Eager short from a request, as the C API's fast path sends it: the AM header as the
+ * transport's 8-byte header and the one buffer inline. A reply (its return address) or a
+ * header with data needs two pieces: one bcopy carries those.
+ */
+Status am_short_progress(Request* req) {
+    const AmHdr hdr = hdr_of(req->send.tag);
+    if ((hdr.flags & kAmWireReply) || (hdr.header_length != 0 && req->send.dt.length != 0)) {
+        return am_single_progress(req);
+    }
+    const void* buffer = hdr.header_length != 0 ? req->send.am_header : req->send.dt.buffer;
+    Status s = uct::ep_am_short(req->send.ep->am_ep, kAmUserOnly, req->send.tag, buffer,
+                                static_cast<unsigned>(hdr.header_length + req->send.dt.length));
+    if (s == Status::no_resource) return s;
+    send_done(req, s);
     return Status::ok;
 }
 
@@ -424,9 +443,61 @@ Status am_rts_progress(Request* req) {
     return Status::ok;  // the ATS completes it, or the RTR starts the AM pipeline
 }
 
-bool is_rndv(const Ep* ep, std::uint32_t flags, std::size_t length) {
-    if (flags & kAmSendRndv) return true;
-    return !(flags & kAmSendEager) && length >= ep->rndv_thresh;
+// --- the active-message protocols of the endpoint's table (src/ucp/proto) -----------------
+
+const char* am_eager_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
+    caps.lane = init.ep.am_lane;
+    caps.cost = eager_cost_line(rndv_model_input(init));
+    return nullptr;
+}
+
+const char* am_short_init(const ProtoInit& init, ProtoCaps& caps) {
+    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
+    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
+    if (const char* why = am_eager_init(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, attr.am.max_short);
+    return nullptr;
+}
+
+const char* am_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    const std::size_t max_bcopy = init.lane_iface(init.ep.am_lane).attr.am.max_bcopy;
+    if (max_bcopy < sizeof(AmHdr)) return "the AM lane's bcopy cannot hold the header";
+    if (const char* why = am_eager_init(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, max_bcopy - sizeof(AmHdr));
+    return nullptr;
+}
+
+std::string am_multi_describe(const ProtoInit& init, const ProtoCaps&) {
+    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
+}
+
+const char* am_rndv_init(const ProtoInit& init, ProtoCaps& caps) {
+    rndv_caps(init, caps);
+    return nullptr;
+}
+
+std::string am_rndv_describe(const ProtoInit& init, const ProtoCaps&) {
+    return ", " + rndv_describe(init.worker, init.ep);
+}
+
+/** The class of a send with LOOM_AM_SEND_FLAG_* @p flags. */
+ProtoOp am_op(std::uint32_t flags) {
+    return (flags & kAmSendRndv) ? ProtoOp::am_rndv : (flags & kAmSendEager) ? ProtoOp::am_eager : ProtoOp::am;
+}
+
+/**
+ * The protocol of an active message: eager or rendezvous by the data's length, as UCX
+ * decides (the header does not push a message into rendezvous); then, for eager, the
+ * variant by the bytes after the fixed AmHdr (header, data, a reply's return address),
+ * which is what "am, flag eager" lists.
+ */
+const ProtoRange* am_select(const Ep* ep, std::uint32_t flags, bool contig, std::size_t header_length,
+                            std::size_t length) {
+    const ProtoRange* range = ep->protos->select(am_op(flags), contig, length);
+    const std::size_t extra = header_length + ((flags & kAmSendReply) ? sizeof(std::uint64_t) : 0);
+    if (range == nullptr || range->proto == &kAmRndv || extra == 0) return range;
+    return ep->protos->select(ProtoOp::am_eager, contig, length + extra);
 }
 
 AmHdr make_hdr(unsigned id, std::uint32_t flags, std::size_t header_length) {
@@ -435,6 +506,24 @@ AmHdr make_hdr(unsigned id, std::uint32_t flags, std::size_t header_length) {
 }
 
 }  // namespace
+
+const Proto kAmEagerShort{"am eager short",
+                          "the AM header as the transport's header, header or data inline (am_short; a reply or both: one bcopy)",
+                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), false, true, 0, am_short_init,
+                          am_short_progress, nullptr};
+const Proto kAmEagerBcopy{"am eager bcopy", "one message: the AM header, the user header, the data (sized by all three)",
+                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), true, false, 1, am_bcopy_init,
+                          am_single_progress, nullptr};
+const Proto kAmEagerMulti{"am eager multi", "a first fragment with both headers, then the tag protocol's middle fragments",
+                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), true, false, 2, am_eager_init,
+                          am_multi_progress, am_multi_describe};
+const Proto kAmRndv{"am rendezvous", "an RTS with both headers; the handler's receive moves the data as tag rendezvous does",
+                    proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_rndv), true, false, 3, am_rndv_init,
+                    am_rts_progress, am_rndv_describe};
+LOOM_PROTO_REGISTER(kAmEagerShort);
+LOOM_PROTO_REGISTER(kAmEagerBcopy);
+LOOM_PROTO_REGISTER(kAmEagerMulti);
+LOOM_PROTO_REGISTER(kAmRndv);
 
 // --- entry points ------------------------------------------------------------------------
 
@@ -511,10 +600,18 @@ Status am_set_handler(Worker& w, unsigned id, std::uint32_t flags, AmRecvCallbac
 
 Status am_send_try_now(Ep* ep, unsigned id, std::uint32_t flags, const void* header, std::size_t header_length,
                        DtState& dt) {
-    const AmHdr hdr = make_hdr(id, flags, header_length);
-    if (ep->num_pending != 0 || is_rndv(ep, flags, dt.length) ||
-        lead_length(hdr) + header_length + dt.length > ep->max_bcopy) {
+    if (ep->num_pending != 0) return Status::no_resource;
+    const ProtoRange* range = am_select(ep, flags, dt.contig(), header_length, dt.length);
+    if (range == nullptr || (range->proto != &kAmEagerShort && range->proto != &kAmEagerBcopy)) {
         return Status::no_resource;
+    }
+    const AmHdr hdr = make_hdr(id, flags, header_length);
+    if (range->proto == &kAmEagerShort && !(flags & kAmSendReply) && (header_length == 0 || dt.length == 0)) {
+        // What the fast path does, where its quick test was too strict (a header near the limit).
+        std::uint64_t word;
+        std::memcpy(&word, &hdr, sizeof(word));
+        return uct::ep_am_short(ep->am_ep, kAmUserOnly, word, header_length != 0 ? header : dt.buffer,
+                                static_cast<unsigned>(header_length + dt.length));
     }
     ssize_t n = am_send_single(ep, hdr, header, dt);
     return n >= 0 ? Status::ok : static_cast<Status>(n);
@@ -530,19 +627,19 @@ Status am_send_start(Request* req, Ep* ep, unsigned id, std::uint32_t flags, con
     req->send.msg_id = w.next_msg_id++;
     std::memcpy(&req->send.tag, &hdr, sizeof(hdr));
     req->send.am_header = header;
-    const std::size_t length = req->send.dt.length;
-    if (is_rndv(ep, flags, length)) {
-        req->send.progress = am_rts_progress;
+    const ProtoRange* range = am_select(ep, flags, req->send.dt.contig(), header_length, req->send.dt.length);
+    if (LOOM_UNLIKELY(range == nullptr)) {  // cannot be: eager multi or rendezvous serves every size
+        send_done(req, Status::unsupported);
+        return Status::unsupported;
+    }
+    req->send.progress = range->progress;
+    if (range->proto == &kAmRndv) {
         req->send.rndv_wait = 0;  // no answer accepted before its RTS left (rndv_rts_prepare)
         // The ATS and RTR name the request: the tag protocol's handlers move it on.
         if (Status s = w.req_table.insert(req); s != Status::ok) {
             send_done(req, s);
             return s;
         }
-    } else if (lead_length(hdr) + header_length + length <= ep->max_bcopy) {
-        req->send.progress = am_single_progress;
-    } else {
-        req->send.progress = am_multi_progress;
     }
     req->flags |= kReqInEpList;
     ep->outstanding.push_back(*req);

@@ -101,6 +101,9 @@ public:
 /** The largest application header an active message on @p ep may carry (it travels in one bcopy). */
 std::size_t am_max_header(const Ep* ep);
 
+/** The active-message protocols (in the endpoint's protocol table, src/ucp/proto). */
+extern const Proto kAmEagerShort, kAmEagerBcopy, kAmEagerMulti, kAmRndv;
+
 /** The largest header every endpoint of @p w takes (its smallest AM bcopy). */
 std::size_t am_worker_max_header(const Worker& w);
 

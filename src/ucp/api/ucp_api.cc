@@ -60,9 +60,9 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
         return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
     }
     const Datatype dt = dt_of(p);
-    // Eager short: nothing to allocate when the transport takes it at once. (A transport's
-    // max_short may be large, tcp's is a whole segment: the rendezvous threshold still rules.)
-    if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count <= ep->max_short && count < ep->rndv_thresh &&
+    // Eager short (the protocol table's, below tag_short_limit): nothing to allocate when the
+    // transport takes it at once.
+    if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count < ep->tag_short_limit &&
                     ep->num_pending == 0 && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
         Status s = uct::ep_am_short(ep->am_ep, kAmEagerOnly, tag, buffer, static_cast<unsigned>(count));
         if (LOOM_LIKELY(s == Status::ok)) return nullptr;
@@ -71,7 +71,7 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
     if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
         if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
     }
-    if ((attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) && (count > ep->max_short || count >= ep->rndv_thresh)) {
+    if ((attr(p) & LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL) && count >= ep->tag_short_limit) {
         return status_ptr(Status::no_resource);
     }
     Request* req = new_request(w, p);
@@ -655,8 +655,7 @@ loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep_h, unsigned id, const void* head
     const Datatype dt = dt_of(p);
     // Eager short: the AM header word and one of header or data, nothing allocated.
     if (LOOM_LIKELY(dt == dt_make_contig(1) && !(flags & (kAmSendReply | kAmSendRndv)) && ep->num_pending == 0 &&
-                    (header_length == 0 || count == 0) && header_length + count <= ep->max_short &&
-                    (count < ep->rndv_thresh || (flags & kAmSendEager)) &&
+                    (header_length == 0 || count == 0) && header_length + count < ep->am_short_limit &&
                     !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
         Status s = uct::ep_am_short(ep->am_ep, kAmUserOnly, am_hdr_word(id, 0, header_length),
                                     header_length != 0 ? header : buffer,
@@ -778,7 +777,7 @@ loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep_h, const void* buffer, size_
     }
     const Datatype dt = dt_of(p);
     const bool imm = !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL);
-    if (LOOM_LIKELY(dt == dt_make_contig(1) && count <= ep->max_short && ep->num_pending == 0 && imm)) {
+    if (LOOM_LIKELY(dt == dt_make_contig(1) && count < ep->stream_short_limit && ep->num_pending == 0 && imm)) {
         if (count == 0) return nullptr;  // nothing to append
         Status s = uct::ep_am_short(ep->am_ep, kAmStreamData, w.uuid, buffer, static_cast<unsigned>(count));
         if (LOOM_LIKELY(s == Status::ok)) return nullptr;

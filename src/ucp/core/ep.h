@@ -19,6 +19,7 @@
 namespace loom::ucp {
 
 class Worker;
+class ProtoTable;
 struct UnpackedAddress;
 
 inline constexpr unsigned kMaxLanes = 4;
@@ -55,9 +56,16 @@ public:
     /** Hot fields first: the eager path reads only this cache line. */
     uct::Ep* am_ep;
     Worker* worker;
-    std::uint32_t max_short;      ///< largest eager-short payload (0: none)
+    /**
+     * The protocol table of this endpoint's lanes (shared by endpoints over the same
+     * ifaces; owned by the worker). The three limits below are read off it for the API
+     * fast paths: sizes below them go by eager short.
+     */
+    const ProtoTable* protos;
+    std::uint32_t tag_short_limit;     ///< ProtoOp::tag, contiguous
+    std::uint32_t am_short_limit;      ///< ProtoOp::am, contiguous (header + data)
+    std::uint32_t stream_short_limit;  ///< ProtoOp::stream, contiguous
     std::uint32_t max_bcopy;      ///< the AM lane's largest bcopy (headers included)
-    std::size_t rndv_thresh;      ///< from this size on, rendezvous
     std::uint32_t num_pending;    ///< own requests queued in the AM lane's pending queue
     std::uint8_t flags;
     std::uint8_t num_lanes;

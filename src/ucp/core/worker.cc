@@ -4,7 +4,6 @@
 #include "ucp/core/packed.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
-#include "ucp/tag/rndv_thresh.h"
 #include "ucp/tag/tag_proto.h"
 
 #include <algorithm>
@@ -813,24 +812,31 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         ep.wireup_lane = static_cast<std::uint8_t>(ep.num_lanes - 1);
     }
     const WorkerIface& am = worker.ifaces[am_best.local];
-    ep.max_short = (am.attr.cap_flags & uct::kCapAmShort) ? static_cast<std::uint32_t>(am.attr.am.max_short) : 0;
     ep.max_bcopy = static_cast<std::uint32_t>(std::min<std::size_t>(am.attr.am.max_bcopy, UINT32_MAX));
-    const ContextConfig& cfg = worker.context.config();
-    if (cfg.rndv_thresh != ucs::config::kSizeAuto) {
-        ep.rndv_thresh = cfg.rndv_thresh;
-    } else {
-        // From the lanes' performance model (src/ucp/tag/rndv_thresh.h, docs/protocols.md).
-        RndvModelInput model;
-        model.eager = &am.attr;
-        if (ep.rndv_lane != kNoLane && cfg.rndv_scheme != RndvScheme::am) {
-            const WorkerIface& rndv = worker.ifaces[ep.lanes[ep.rndv_lane].iface];
-            model.rndv = &rndv.attr;
-            model.rndv_md = &rndv.rsc->md_attr;
-        }
-        model.max_short = ep.max_short;
-        ep.rndv_thresh = rndv_thresh_auto(model);
-    }
+    ep.protos = worker.proto_table(ep);
+    if (ep.protos == nullptr) return Status::no_memory;
+    auto limit = [&](ProtoOp op) {
+        return static_cast<std::uint32_t>(std::min<std::size_t>(ep.protos->fast_path_limit(op), UINT32_MAX));
+    };
+    ep.tag_short_limit = limit(ProtoOp::tag);
+    ep.am_short_limit = limit(ProtoOp::am);
+    ep.stream_short_limit = limit(ProtoOp::stream);
     return Status::ok;
+}
+
+const ProtoTable* Worker::proto_table(const Ep& ep) {
+    const std::uint8_t am_iface = ep.lanes[ep.am_lane].iface;
+    const std::uint8_t rndv_iface = ep.rndv_lane != kNoLane ? ep.lanes[ep.rndv_lane].iface : 0xff;
+    for (const ProtoTableEntry& e : proto_tables) {
+        // The lanes' order follows from their ifaces (ep_select_lanes): same ifaces, same lane numbers.
+        if (e.am_iface == am_iface && e.rndv_iface == rndv_iface) return e.table.get();
+    }
+    try {
+        proto_tables.push_back({am_iface, rndv_iface, ProtoTable::build(*this, ep)});
+    } catch (const std::bad_alloc&) {
+        return nullptr;
+    }
+    return proto_tables.back().table.get();
 }
 
 Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set) {
@@ -858,7 +864,6 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
 
 std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
     const WorkerIface& am = ifaces[ep.lanes[ep.am_lane].iface];
-    const std::string rndv = rndv_describe(*this, ep);
     std::string out = fmt::format("{}protocols of the endpoint to worker {:016x} (AM lane {}/{}):\n", prefix,
                                   ep.remote_uuid, am.rsc->tl.tl_name, am.rsc->tl.dev_name);
     if (ep.wireup_lane != kNoLane) {
@@ -866,18 +871,7 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
         out += fmt::format("{}  endpoint-to-endpoint lanes wired up over {}/{}\n", prefix, wl.rsc->tl.tl_name,
                            wl.rsc->tl.dev_name);
     }
-    // Eager short stops below the threshold too (tag_send checks both).
-    const std::size_t short_end = std::min<std::size_t>(ep.max_short, ep.rndv_thresh ? ep.rndv_thresh - 1 : 0);
-    const std::size_t bcopy_start = ep.max_short > 0 ? short_end + 1 : 0;
-    if (ep.max_short > 0 && ep.rndv_thresh > 0) {
-        out += fmt::format("{}  {:>10} .. {:<10} eager short\n", prefix, 0, short_end);
-    }
-    if (bcopy_start < ep.rndv_thresh) {
-        out += fmt::format("{}  {:>10} .. {:<10} eager bcopy ({} B fragments)\n", prefix, bcopy_start,
-                           ep.rndv_thresh - 1, ep.max_bcopy);
-    }
-    out += fmt::format("{}  {:>10} .. {:<10} rendezvous, {}\n", prefix, ep.rndv_thresh, "inf", rndv);
-    return out;
+    return out + ep.protos->describe(prefix);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "ucp/core/context.h"
 #include "ucp/core/ep.h"
 #include "ucp/core/request.h"
+#include "ucp/proto/proto.h"
 #include "ucp/tag/tag_match.h"
 #include "ucs/async/event_fd.h"
 #include "ucs/datastruct/list.h"
@@ -268,6 +269,15 @@ public:
     std::atomic<std::uint32_t> sleepers{0};
     /** Client/server listeners of this worker (listener.h); served from progress. */
     std::vector<Listener*> listeners;
+    /** The protocol table of an endpoint configuration: endpoints over the same ifaces share it. */
+    struct ProtoTableEntry {
+        std::uint8_t am_iface;
+        std::uint8_t rndv_iface;  ///< 0xff: no rendezvous lane
+        std::unique_ptr<ProtoTable> table;
+    };
+    std::vector<ProtoTableEntry> proto_tables;
+    /** The table for @p ep's lanes, built the first time; nullptr without memory. */
+    const ProtoTable* proto_table(const Ep& ep);
     AmWorker* am = nullptr;          ///< active-message state (src/ucp/am), from am_register_handlers
     StreamWorker* stream = nullptr;  ///< stream state (src/ucp/stream), from stream_register_handlers
 

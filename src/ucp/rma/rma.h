@@ -70,6 +70,9 @@ enum RmaEpFlags : std::uint8_t {
     kRmaFence = 1u << 1,  ///< a fence waits for the next operation (requests were queued)
 };
 
+/** The RMA protocols (in the endpoint's protocol table, src/ucp/proto). */
+extern const Proto kPutShort, kPutBcopy, kPutZcopy, kGetBcopy, kGetZcopy, kAtomic;
+
 /** The lane RMA uses on @p ep: the rendezvous lane when there is one, else the AM lane. */
 inline std::uint8_t rma_lane(const Ep* ep) {
     return ep->rndv_lane != kNoLane ? ep->rndv_lane : ep->am_lane;

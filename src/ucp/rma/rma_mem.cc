@@ -247,11 +247,12 @@ Result<RmaRkey*> rkey_unpack(Ep* ep, const void* data, std::size_t length) {
     rkey->remote_uuid = ep->remote_uuid;
     rkey->iface = ep->lanes[lane].iface;
     rkey->access = access;
-    rkey->put_short =
-        (wi.attr.cap_flags & uct::kCapPutShort)
-            ? static_cast<std::uint32_t>(std::min<std::size_t>(wi.attr.put.max_short, UINT32_MAX))
-            : 0;
-    rkey->put_bcopy = (wi.attr.cap_flags & uct::kCapPutBcopy) ? wi.attr.put.max_bcopy : 0;
+    // The put fast path (rma_put_immediate), read off the endpoint's protocol table: short
+    // below its limit, then one bcopy where put bcopy serves.
+    const std::size_t short_limit = ep->protos->fast_path_limit(ProtoOp::put);
+    rkey->put_short = static_cast<std::uint32_t>(std::min<std::size_t>(short_limit != 0 ? short_limit - 1 : 0, UINT32_MAX));
+    const ProtoRange* bcopy = ep->protos->select(ProtoOp::put, true, short_limit);
+    rkey->put_bcopy = bcopy != nullptr && bcopy->proto == &kPutBcopy ? std::min(bcopy->last, wi.attr.put.max_bcopy) : 0;
     rkey->features = features;
     rkey->component = wi.rsc->component;
     rkey->handle = *unpacked;

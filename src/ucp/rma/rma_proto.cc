@@ -26,6 +26,8 @@
 
 #include "ucp/core/ucp_log.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -224,7 +226,7 @@ void unpack_to(void* dest, const void* data, std::size_t length) {
 }
 
 /** Puts the bytes of @p req from rma.offset on in bcopy fragments. */
-Status put_bcopy_progress(Request* req, uct::Ep* uep, std::size_t max_bcopy) {
+Status put_bcopy_fragments(Request* req, uct::Ep* uep, std::size_t max_bcopy) {
     DtState& dt = req->rma.dt;
     const std::size_t length = dt.length;
     while (req->rma.offset < length) {
@@ -275,61 +277,72 @@ Status pieces_progress(Request* req, std::size_t max, Issue&& issue) {
     return Status::ok;
 }
 
-Status put_progress(Request* req) {
+/** The endpoint's RMA lane as a request uses it. */
+struct RmaLane {
+    uct::Ep* uep;
+    const uct::IfaceAttr& attr;
+};
+RmaLane rma_lane_of(Request* req) {
     Ep* ep = req->rma.ep;
-    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
-    const uct::IfaceAttr& attr = lane_iface(ep, req->rma.lane).attr;
-    apply_fence(req, uep);
+    return {ep->lanes[req->rma.lane].ep, lane_iface(ep, req->rma.lane).attr};
+}
+
+Status put_short_progress(Request* req) {
+    const RmaLane lane = rma_lane_of(req);
+    apply_fence(req, lane.uep);
     DtState& dt = req->rma.dt;
-    const std::size_t length = dt.length;
-    if (dt.contig() && length <= attr.put.max_short && (attr.cap_flags & uct::kCapPutShort)) {
-        Status s = uct::ep_put_short(uep, dt.buffer, static_cast<unsigned>(length), req->rma.remote_addr,
-                                     req->rma.uct_rkey);
-        if (s == Status::no_resource) return s;
-        finish(req, s, nullptr);
-        return Status::ok;
-    }
-    const bool zcopy = dt.contig() && (attr.cap_flags & uct::kCapPutZcopy) &&
-                       (length > attr.put.max_bcopy || !(attr.cap_flags & uct::kCapPutBcopy));
-    if (!zcopy) return put_bcopy_progress(req, uep, std::max<std::size_t>(attr.put.max_bcopy, 1));
+    Status s = uct::ep_put_short(lane.uep, dt.buffer, static_cast<unsigned>(dt.length), req->rma.remote_addr,
+                                 req->rma.uct_rkey);
+    if (s == Status::no_resource) return s;
+    finish(req, s, nullptr);
+    return Status::ok;
+}
+
+Status put_bcopy_progress(Request* req) {
+    const RmaLane lane = rma_lane_of(req);
+    apply_fence(req, lane.uep);
+    return put_bcopy_fragments(req, lane.uep, std::max<std::size_t>(lane.attr.put.max_bcopy, 1));
+}
+
+Status put_zcopy_progress(Request* req) {
+    const RmaLane lane = rma_lane_of(req);
+    apply_fence(req, lane.uep);
     uct::MemH memh;
     if (Status s = zcopy_memh(req, uct::kAccessLocalRead, memh); s != Status::ok) {
         finish(req, s, nullptr);
         return Status::ok;
     }
     const std::uint64_t rkey = req->rma.uct_rkey;
-    return pieces_progress(req, std::max<std::size_t>(attr.put.max_zcopy, 1),
+    return pieces_progress(req, std::max<std::size_t>(lane.attr.put.max_zcopy, 1),
                            [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
                                uct::Iov iov{buf, n, memh};
-                               return uct::ep_put_zcopy(uep, &iov, 1, raddr, rkey, comp);
+                               return uct::ep_put_zcopy(lane.uep, &iov, 1, raddr, rkey, comp);
                            });
 }
 
-Status get_progress(Request* req) {
-    Ep* ep = req->rma.ep;
-    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
-    const uct::IfaceAttr& attr = lane_iface(ep, req->rma.lane).attr;
-    apply_fence(req, uep);
-    const std::size_t length = req->rma.dt.length;
+Status get_bcopy_progress(Request* req) {
+    const RmaLane lane = rma_lane_of(req);
+    apply_fence(req, lane.uep);
     const std::uint64_t rkey = req->rma.uct_rkey;
-    const bool bcopy = (attr.cap_flags & uct::kCapGetBcopy) &&
-                       (length <= attr.get.max_bcopy || !(attr.cap_flags & uct::kCapGetZcopy));
-    if (bcopy) {
-        return pieces_progress(
-            req, std::max<std::size_t>(attr.get.max_bcopy, 1),
-            [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
-                return uct::ep_get_bcopy(uep, unpack_to, buf, n, raddr, rkey, comp);
-            });
-    }
+    return pieces_progress(req, std::max<std::size_t>(lane.attr.get.max_bcopy, 1),
+                           [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
+                               return uct::ep_get_bcopy(lane.uep, unpack_to, buf, n, raddr, rkey, comp);
+                           });
+}
+
+Status get_zcopy_progress(Request* req) {
+    const RmaLane lane = rma_lane_of(req);
+    apply_fence(req, lane.uep);
     uct::MemH memh;
     if (Status s = zcopy_memh(req, uct::kAccessLocalWrite, memh); s != Status::ok) {
         finish(req, s, nullptr);
         return Status::ok;
     }
-    return pieces_progress(req, std::max<std::size_t>(attr.get.max_zcopy, 1),
+    const std::uint64_t rkey = req->rma.uct_rkey;
+    return pieces_progress(req, std::max<std::size_t>(lane.attr.get.max_zcopy, 1),
                            [&](std::uint8_t* buf, std::size_t n, std::uint64_t raddr, uct::Completion* comp) {
                                uct::Iov iov{buf, n, memh};
-                               return uct::ep_get_zcopy(uep, &iov, 1, raddr, rkey, comp);
+                               return uct::ep_get_zcopy(lane.uep, &iov, 1, raddr, rkey, comp);
                            });
 }
 
@@ -380,6 +393,100 @@ Status atomic_progress(Request* req) {
     op_release(req, true);
     return Status::ok;
 }
+
+// --- the RMA protocols of the endpoint's table (src/ucp/proto) ---------------------------------
+//
+// The lane's limits choose among them, as its attributes say (short up to put.max_short;
+// bcopy up to max_bcopy where zero-copy exists, else in fragments of any size): the model
+// prices them alike, the preference and those limits decide.
+
+/** The RMA lane's cost line: one message's latency and overhead, then its bandwidth. */
+const char* rma_init(const ProtoInit& init, ProtoCaps& caps, std::uint64_t cap) {
+    caps.lane = rma_lane(&init.ep);
+    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
+    if (!(attr.cap_flags & cap)) return "the RMA lane lacks the operation";
+    caps.cost = {attr.latency.c + attr.overhead, attr.bandwidth_dedicated > 0 ? 1.0 / attr.bandwidth_dedicated : 0};
+    return nullptr;
+}
+
+const char* put_short_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapPutShort)) return why;
+    caps.max_size = init.lane_iface(caps.lane).attr.put.max_short;
+    return nullptr;
+}
+
+const char* put_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapPutBcopy)) return why;
+    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
+    if (init.contig && (attr.cap_flags & uct::kCapPutZcopy)) caps.max_size = attr.put.max_bcopy;
+    return nullptr;
+}
+
+const char* put_zcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapPutZcopy)) return why;
+    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
+    if (attr.cap_flags & uct::kCapPutBcopy) caps.min_size = attr.put.max_bcopy + 1;
+    return nullptr;
+}
+
+const char* get_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapGetBcopy)) return why;
+    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
+    if (attr.cap_flags & uct::kCapGetZcopy) caps.max_size = attr.get.max_bcopy;
+    return nullptr;
+}
+
+const char* get_zcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapGetZcopy)) return why;
+    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
+    if (attr.cap_flags & uct::kCapGetBcopy) caps.min_size = attr.get.max_bcopy + 1;
+    return nullptr;
+}
+
+const char* atomic_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (const char* why = rma_init(init, caps, uct::kCapAtomic32 | uct::kCapAtomic64)) return why;
+    caps.min_size = 4;  // the operand: 4 or 8 bytes
+    caps.max_size = 8;
+    return nullptr;
+}
+
+/** The piece size of a bcopy RMA, when the lane has a limit. */
+std::string pieces(std::size_t max, const char* what) {
+    return max == SIZE_MAX ? std::string{} : fmt::format(" ({} B {})", max, what);
+}
+
+std::string put_bcopy_describe(const ProtoInit& init, const ProtoCaps& caps) {
+    return pieces(init.lane_iface(caps.lane).attr.put.max_bcopy, "fragments");
+}
+
+std::string get_bcopy_describe(const ProtoInit& init, const ProtoCaps& caps) {
+    return pieces(init.lane_iface(caps.lane).attr.get.max_bcopy, "pieces");
+}
+
+}  // namespace
+
+const Proto kPutShort{"put short", "the bytes inline in one transport operation", proto_op_bit(ProtoOp::put), false,
+                      true, 0, put_short_init, put_short_progress, nullptr};
+const Proto kPutBcopy{"put bcopy", "the bytes copied into the transport's buffers, in fragments",
+                      proto_op_bit(ProtoOp::put), true, false, 1, put_bcopy_init, put_bcopy_progress,
+                      put_bcopy_describe};
+const Proto kPutZcopy{"put zcopy", "from the registered buffer (registered for the operation when not mapped)",
+                      proto_op_bit(ProtoOp::put), false, false, 2, put_zcopy_init, put_zcopy_progress, nullptr};
+const Proto kGetBcopy{"get bcopy", "the bytes copied out of the transport's buffers, in pieces",
+                      proto_op_bit(ProtoOp::get), false, false, 1, get_bcopy_init, get_bcopy_progress,
+                      get_bcopy_describe};
+const Proto kGetZcopy{"get zcopy", "into the registered buffer (registered for the operation when not mapped)",
+                      proto_op_bit(ProtoOp::get), false, false, 2, get_zcopy_init, get_zcopy_progress, nullptr};
+const Proto kAtomic{"atomic", "the transport's atomic (posted, or fetching into a completion record)",
+                    proto_op_bit(ProtoOp::atomic), false, false, 0, atomic_init, atomic_progress, nullptr};
+LOOM_PROTO_REGISTER(kPutShort);
+LOOM_PROTO_REGISTER(kPutBcopy);
+LOOM_PROTO_REGISTER(kPutZcopy);
+LOOM_PROTO_REGISTER(kGetBcopy);
+LOOM_PROTO_REGISTER(kGetZcopy);
+LOOM_PROTO_REGISTER(kAtomic);
+
+namespace {
 
 // --- pending queue of an RMA lane that is not the AM lane ----------------------------------------
 
@@ -496,7 +603,16 @@ void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const R
                         const Mem* memh) {
     req->rma.reply = nullptr;
     req->rma.size = 0;
-    start(req, ep, remote_addr, rkey, get ? get_progress : put_progress, memh);
+    const ProtoRange* range = ep->protos->select(get ? ProtoOp::get : ProtoOp::put, req->rma.dt.contig(),
+                                                 req->rma.dt.length);
+    if (LOOM_UNLIKELY(range == nullptr)) {
+        LOOM_LOG_ERROR("ucp: the RMA lane of the endpoint to {:016x} cannot {} {} bytes", ep->remote_uuid,
+                       get ? "get" : "put", req->rma.dt.length);
+        req->rma.dt.finish();
+        req->worker->complete(req, Status::unsupported);
+        return;
+    }
+    start(req, ep, remote_addr, rkey, range->progress, memh);
 }
 
 Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned size,
@@ -540,7 +656,9 @@ void rma_start_atomic(Request* req, Ep* ep, uct::AtomicOp op, unsigned size, std
     req->rma.value = value;
     req->rma.compare = compare;
     req->rma.reply = reply;
-    start(req, ep, remote_addr, rkey, atomic_progress, nullptr);
+    const ProtoRange* range = ep->protos->select(ProtoOp::atomic, true, size);
+    // rma_atomic_check refused what the lane cannot do.
+    start(req, ep, remote_addr, rkey, range != nullptr ? range->progress : atomic_progress, nullptr);
 }
 
 Status rma_ep_fence(Ep* ep) {

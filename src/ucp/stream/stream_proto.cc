@@ -7,6 +7,9 @@
 
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/rndv_thresh.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -230,7 +233,50 @@ Status stream_progress(Request* req) {
     return Status::ok;
 }
 
+/** A request's data as one am_short, as the C API's fast path sends it (nothing for 0 bytes). */
+Status stream_short_progress(Request* req) {
+    Worker& w = *req->worker;
+    const std::size_t length = req->send.dt.length;
+    Status s = length == 0 ? Status::ok
+                           : uct::ep_am_short(req->send.ep->am_ep, kAmStreamData, w.uuid, req->send.dt.buffer,
+                                              static_cast<unsigned>(length));
+    if (s == Status::no_resource) return s;
+    req->send.dt.finish();
+    w.complete(req, s);
+    return Status::ok;
+}
+
+// --- the stream protocols of the endpoint's table (src/ucp/proto) ---------------------------
+
+const char* stream_short_init(const ProtoInit& init, ProtoCaps& caps) {
+    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
+    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
+    caps.max_size = attr.am.max_short;
+    caps.lane = init.ep.am_lane;
+    caps.cost = eager_cost_line(rndv_model_input(init));
+    return nullptr;
+}
+
+const char* stream_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (init.lane_iface(init.ep.am_lane).attr.am.max_bcopy <= kHdrLen) return "the AM lane's bcopy cannot hold data";
+    caps.lane = init.ep.am_lane;
+    caps.cost = eager_cost_line(rndv_model_input(init));  // as short's: the preference decides
+    return nullptr;
+}
+
+std::string stream_bcopy_describe(const ProtoInit& init, const ProtoCaps&) {
+    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
+}
+
 }  // namespace
+
+const Proto kStreamShort{"stream short", "the sender's id as the transport's header, the bytes inline (am_short)",
+                         proto_op_bit(ProtoOp::stream), false, true, 0, stream_short_init, stream_short_progress,
+                         nullptr};
+const Proto kStreamBcopy{"stream bcopy", "fragments: the sender's id, then the bytes", proto_op_bit(ProtoOp::stream),
+                         true, false, 1, stream_bcopy_init, stream_progress, stream_bcopy_describe};
+LOOM_PROTO_REGISTER(kStreamShort);
+LOOM_PROTO_REGISTER(kStreamBcopy);
 
 // --- entry points ------------------------------------------------------------------------
 
@@ -282,6 +328,7 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
 }
 
 Status stream_send_try_now(Ep* ep, DtState& dt) {
+    // Short (whose fast path did not apply) or bcopy in one message: done in the call.
     if (ep->num_pending != 0 || kHdrLen + dt.length > ep->max_bcopy) return Status::no_resource;
     PackArg arg{ep->worker->uuid, &dt, 0, dt.length};
     ssize_t n = uct::ep_am_bcopy(ep->am_ep, kAmStreamData, pack_fragment, &arg, 0);
@@ -292,7 +339,8 @@ Status stream_send_start(Request* req, Ep* ep) {
     req->send.ep = ep;
     req->send.offset = 0;
     req->send.memh = uct::kMemHNull;
-    req->send.progress = stream_progress;
+    const ProtoRange* range = ep->protos->select(ProtoOp::stream, req->send.dt.contig(), req->send.dt.length);
+    req->send.progress = range != nullptr ? range->progress : stream_progress;  // bcopy serves every size
     req->flags |= kReqInEpList;
     ep->outstanding.push_back(*req);
     return send_request_start(req);

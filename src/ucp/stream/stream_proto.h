@@ -20,6 +20,9 @@
 
 namespace loom::ucp {
 
+/** The stream protocols (in the endpoint's protocol table, src/ucp/proto). */
+extern const Proto kStreamShort, kStreamBcopy;
+
 /** Bytes that arrived before a receive wanted them; the data follows. */
 struct StreamDesc {
     ucs::ListLink link;

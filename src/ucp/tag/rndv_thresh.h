@@ -6,6 +6,7 @@
  */
 #pragma once
 
+#include "ucp/proto/proto.h"
 #include "uct/api/uct_types.h"
 
 #include <cstddef>
@@ -47,5 +48,31 @@ struct RndvModelInput {
  * when rendezvous never saves time (no GET lane, or a per-byte cost no lower than eager's).
  */
 std::size_t rndv_thresh_auto(const RndvModelInput& in);
+
+/** The eager protocols' cost line of the model above (fixed part 0: what both share is left out). */
+PerfLine eager_cost_line(const RndvModelInput& in);
+
+/** Rendezvous's cost line of the model above; false when the model cannot price it (no GET lane). */
+bool rndv_cost_line(const RndvModelInput& in, PerfLine& line);
+
+/** What the model reads of the endpoint a protocol table is built for. */
+RndvModelInput rndv_model_input(const ProtoInit& init);
+
+/**
+ * The largest size eager protocols carry in class init.op: below the user's threshold, or
+ * below the automatic cap (kRndvThreshMax; no cap for classes rendezvous does not serve).
+ * False when eager carries nothing (LOOM_RNDV_THRESH=0).
+ */
+bool eager_max_size(const ProtoInit& init, std::size_t& max);
+
+/**
+ * The sizes, cost and lane of a rendezvous protocol in class init.op: from the user's
+ * threshold (forced), else from just above what eager short carries, priced by the model
+ * (a fallback where it cannot be priced); every size for LOOM_AM_SEND_FLAG_RNDV.
+ */
+void rndv_caps(const ProtoInit& init, ProtoCaps& caps);
+
+/** The rendezvous lane init.ep uses (its GET/PUT lane, else the AM lane for the AM pipeline). */
+std::uint8_t rndv_lane_of(const ProtoInit& init);
 
 }  // namespace loom::ucp

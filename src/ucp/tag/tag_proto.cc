@@ -10,6 +10,9 @@
 
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
+#include "ucp/tag/rndv_thresh.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -1104,7 +1107,67 @@ Status rndv_rts_progress(Request* req) {
     return Status::ok;  // the ATS or RTR moves it on
 }
 
+// --- the tag protocols of the endpoint's table (src/ucp/proto) ----------------------------
+
+/** The eager header of class @p op: the tag, or the sync header. */
+std::size_t eager_header(ProtoOp op) { return op == ProtoOp::tag_sync ? sizeof(EagerSyncHdr) : sizeof(Tag); }
+
+/** The part common to the eager protocols: their lane, their cost, the sizes rendezvous leaves them. */
+const char* eager_init(const ProtoInit& init, ProtoCaps& caps) {
+    if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
+    caps.lane = init.ep.am_lane;
+    caps.cost = eager_cost_line(rndv_model_input(init));
+    return nullptr;
+}
+
+const char* eager_short_init(const ProtoInit& init, ProtoCaps& caps) {
+    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
+    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
+    if (const char* why = eager_init(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, attr.am.max_short);
+    return nullptr;
+}
+
+const char* eager_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    const std::size_t max_bcopy = init.lane_iface(init.ep.am_lane).attr.am.max_bcopy;
+    if (max_bcopy < eager_header(init.op)) return "the AM lane's bcopy cannot hold the header";
+    if (const char* why = eager_init(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, max_bcopy - eager_header(init.op));
+    return nullptr;
+}
+
+std::string eager_multi_describe(const ProtoInit& init, const ProtoCaps&) {
+    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
+}
+
+const char* rndv_init(const ProtoInit& init, ProtoCaps& caps) {
+    rndv_caps(init, caps);
+    return nullptr;
+}
+
+std::string rndv_scheme_describe(const ProtoInit& init, const ProtoCaps&) {
+    return ", " + rndv_describe(init.worker, init.ep);
+}
+
 }  // namespace
+
+const Proto kTagEagerShort{"tag eager short",
+                           "the tag as the transport's header, the payload inline (am_short)",
+                           proto_op_bit(ProtoOp::tag), false, true, 0, eager_short_init,
+                           eager_short_progress, nullptr};
+const Proto kTagEagerBcopy{"tag eager bcopy", "one message: the tag (sync: and the acknowledgement id), then the payload",
+                           proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 1,
+                           eager_bcopy_init, eager_bcopy_progress, nullptr};
+const Proto kTagEagerMulti{"tag eager multi", "a first fragment with the tag and length, then middle fragments",
+                           proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 2,
+                           eager_init, eager_multi_progress, eager_multi_describe};
+const Proto kTagRndv{"tag rendezvous", "an RTS; the data moves once the receiver matched it (GET, PUT or AM pipeline)",
+                     proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 3, rndv_init,
+                     rndv_rts_progress, rndv_scheme_describe};
+LOOM_PROTO_REGISTER(kTagEagerShort);
+LOOM_PROTO_REGISTER(kTagEagerBcopy);
+LOOM_PROTO_REGISTER(kTagEagerMulti);
+LOOM_PROTO_REGISTER(kTagRndv);
 
 // --- public entry points -----------------------------------------------------------------
 
@@ -1163,17 +1226,15 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     req->send.msg_id = w.next_msg_id++;
     req->send.rndv_wait = 0;
     if (sync) req->flags |= kReqSync;
-    const std::size_t length = req->send.dt.length;
-    if (length >= ep->rndv_thresh) {
-        req->send.progress = rndv_rts_progress;
-    } else if (!sync && length <= ep->max_short && ep->max_short != 0 && req->send.dt.contig()) {
-        req->send.progress = eager_short_progress;
-    } else if (length + (sync ? sizeof(EagerSyncHdr) : sizeof(Tag)) <= ep->max_bcopy) {
-        req->send.progress = eager_bcopy_progress;
-    } else {
-        req->send.progress = eager_multi_progress;
+    const ProtoRange* range =
+        ep->protos->select(sync ? ProtoOp::tag_sync : ProtoOp::tag, req->send.dt.contig(), req->send.dt.length);
+    if (LOOM_UNLIKELY(range == nullptr)) {  // cannot be: eager multi or rendezvous serves every size
+        req->send.dt.finish();
+        w.complete(req, Status::unsupported);
+        return Status::unsupported;
     }
-    if (sync || req->send.progress == rndv_rts_progress) {
+    req->send.progress = range->progress;
+    if (sync || range->proto == &kTagRndv) {
         if (Status s = w.req_table.insert(req); s != Status::ok) {
             req->send.dt.finish();
             w.complete(req, s);
@@ -1265,19 +1326,19 @@ void rndv_ep_purge(Worker& w, Ep* ep, Status status) {
 }
 
 std::string rndv_describe(const Worker& w, const Ep& ep) {
+    // The lane follows in the printout (ProtoTable::describe).
     const RndvScheme scheme = w.context.config().rndv_scheme;
-    if (ep.rndv_lane == kNoLane || scheme == RndvScheme::am) return "AM pipeline on the AM lane";
+    if (ep.rndv_lane == kNoLane || scheme == RndvScheme::am) return "AM pipeline";
     const WorkerIface& wi = w.ifaces[ep.lanes[ep.rndv_lane].iface];
-    const std::string lane = " on " + wi.rsc->tl.tl_name + "/" + wi.rsc->tl.dev_name;
     const bool puts = wi.attr.cap_flags & uct::kCapPutZcopy;
-    if (puts && scheme == RndvScheme::put_zcopy) return "RDMA PUT" + lane;
-    if (puts && scheme == RndvScheme::get_put) return "RDMA GET of the head + PUT of the tail" + lane;
+    if (puts && scheme == RndvScheme::put_zcopy) return "RDMA PUT";
+    if (puts && scheme == RndvScheme::get_put) return "RDMA GET of the head + PUT of the tail";
     if (scheme == RndvScheme::auto_) {
         if (const std::size_t from = rndv_split_min(wi); from != SIZE_MAX) {
-            return fmt::format("RDMA GET{}; from {} B: RDMA GET of the head + PUT of the tail", lane, from);
+            return fmt::format("RDMA GET; from {} B: RDMA GET of the head + PUT of the tail", from);
         }
     }
-    return "RDMA GET" + lane;
+    return "RDMA GET";
 }
 
 }  // namespace loom::ucp

@@ -31,6 +31,9 @@ UnexpDesc* tag_probe(Worker& w, Tag tag, Tag mask, bool remove, TagRecvInfo* inf
  */
 Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& info);
 
+/** The tag protocols (in the endpoint's protocol table, src/ucp/proto). */
+extern const Proto kTagEagerShort, kTagEagerBcopy, kTagEagerMulti, kTagRndv;
+
 // --- shared with the other protocols (active messages) -----------------------------------
 
 /** Marks a send whose first fragment left: eager_multi_progress sends only middle fragments. */
@@ -104,7 +107,7 @@ std::size_t rndv_split_point(std::size_t length);
  */
 std::size_t rndv_split_min(const WorkerIface& wi);
 
-/** What rendezvous does on @p ep (the scheme, by size where auto splits, and the lane), for LOOM_PROTO_INFO. */
+/** What rendezvous does on @p ep (the scheme, by size where auto splits), for the protocol table's printout. */
 std::string rndv_describe(const Worker& w, const Ep& ep);
 
 }  // namespace loom::ucp

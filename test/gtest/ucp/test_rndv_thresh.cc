@@ -7,6 +7,7 @@
 #include "loom/ucp.h"
 #include "ucp/core/ep.h"
 #include "ucp/tag/rndv_thresh.h"
+#include "ucp/tag/tag_proto.h"
 
 #include <gtest/gtest.h>
 
@@ -153,8 +154,10 @@ public:
 
     /** The endpoint, or nullptr when the set-up failed. */
     const loom::ucp::Ep* ep() const { return reinterpret_cast<const loom::ucp::Ep*>(ep_); }
-    /** The endpoint's threshold, or 0 when the set-up failed. */
-    std::size_t rndv_thresh() const { return ep_ == nullptr ? 0 : ep()->rndv_thresh; }
+    /** Where the endpoint's protocol table starts tag rendezvous, or 0 when the set-up failed. */
+    std::size_t rndv_thresh() const {
+        return ep_ == nullptr ? 0 : ep()->protos->first_size(loom::ucp::ProtoOp::tag, true, loom::ucp::kTagRndv);
+    }
 
 private:
     /** Sets an environment variable for the object's lifetime (nullptr: unset). */
@@ -200,7 +203,8 @@ TEST(RndvThreshEp, SelfSwitchesRightAfterEagerShort) {
     // eager short no longer applies.
     EpThresh ep("self", nullptr, true);
     ASSERT_NE(nullptr, ep.ep()) << "could not connect over self";
-    EXPECT_EQ(ep.ep()->max_short + 1u, ep.rndv_thresh());
+    EXPECT_GT(ep.ep()->tag_short_limit, 0u);
+    EXPECT_EQ(ep.ep()->tag_short_limit, ep.rndv_thresh());
 }
 
 TEST(RndvThreshEp, TcpOnLoopbackSwitchesWhereTheMeasuredCurvesCross) {

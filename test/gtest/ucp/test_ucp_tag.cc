@@ -685,7 +685,7 @@ TEST_P(UcpTagTest, ProtoInfoNamesTheRendezvousScheme) {
         {"get_zcopy", "rendezvous, RDMA GET on "},
         {"put_zcopy", "rendezvous, RDMA PUT on "},
         {"get_put", "rendezvous, RDMA GET of the head + PUT of the tail on "},
-        {"am", "rendezvous, AM pipeline on the AM lane"},
+        {"am", "tag rendezvous, AM pipeline on "},
     };
     for (const auto& [scheme, text] : expect) {
         testing::internal::CaptureStderr();
