@@ -21,7 +21,7 @@
  * another thread's progress finds it); Loom calls a trampoline of the layer (one per
  * callback shape), which translates the status and calls the caller's function with the
  * UCX handle. Loom never runs a callback inside the call that started the operation,
- * which UCX 1.13 does for some (loom/ucp.h, LOOM_OP_ATTR_FLAG_NO_IMM_CMPL).
+ * which UCX 1.13 does for some (loom/ucp_request.h, LOOM_OP_ATTR_FLAG_NO_IMM_CMPL).
  */
 #pragma once
 

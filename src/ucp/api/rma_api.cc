@@ -1,7 +1,7 @@
 /**
- * The C API of memory mappings, remote keys, RMA and atomics (the "memory and RMA"
- * section of include/loom/ucp.h) over src/ucp/rma. Parameters from the application are
- * checked here, each refusal with one log line; nothing here throws.
+ * The C API of memory mappings, remote keys, RMA and atomics (include/loom/ucp_rma.h)
+ * over src/ucp/rma. Parameters from the application are checked here, each refusal with
+ * one log line; nothing here throws.
  * The request rules are those of every _nbx call (api_common.h).
  */
 #include "loom/ucp.h"

@@ -585,7 +585,7 @@ LOOM_COLD const char* am_send_check(const Ep* ep, unsigned id, const void* heade
     if (header == nullptr && header_length != 0) return "NULL header with a nonzero length";
     if (flags & ~std::uint32_t{kAmSendReply | kAmSendEager | kAmSendRndv}) return "unknown flags";
     if ((flags & kAmSendEager) && (flags & kAmSendRndv)) return "LOOM_AM_SEND_FLAG_EAGER and _RNDV together";
-    if (header_length > am_max_header(ep)) return "header longer than the endpoint's limit (see ucp.h)";
+    if (header_length > am_max_header(ep)) return "header longer than the endpoint's limit (see loom/ucp_am.h)";
     return nullptr;
 }
 
@@ -664,7 +664,7 @@ loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep_h, unsigned id, const void* head
         if (s != Status::no_resource) return status_ptr(s);
     }
     if (LOOM_UNLIKELY(header_length > am_max_header(ep))) {
-        return bad_param("loom_am_send_nbx", "header longer than the endpoint's limit (see ucp.h)");
+        return bad_param("loom_am_send_nbx", "header longer than the endpoint's limit (see loom/ucp_am.h)");
     }
     if (LOOM_UNLIKELY(dt != dt_make_contig(1))) {
         if (Status s = dt_check(dt); s != Status::ok) return status_ptr(s);
