@@ -27,6 +27,11 @@ check_output "-e follows LOOM_RNDV_THRESH"        '^# +5000 \.\. inf +tag rendez
 check_output "-e ends eager short at the threshold" '^# +0 \.\. 4999 +tag eager short '          env LOOM_TLS=tcp LOOM_RNDV_THRESH=5000 "$info" -e -D net
 check_output "-e net leaves same-host transports" 'AM lane tcp/'                           env LOOM_TLS=shm,tcp "$info" -e -D net
 check_output "-e net without tcp says so"         'no transport reaches such a peer'       env LOOM_TLS=shm "$info" -e -D net
+check_output "-e says which lane each transport is"  '^#     shm/memory: used: AM lane'       env LOOM_TLS=shm,tcp "$info" -e -D shm
+check_output "-e says why a reachable one is unused" '^#     tcp/lo: not used: reachable; the AM lane costs [0-9.]+ us by the model, this [0-9.]+ us' env LOOM_TLS=shm,tcp "$info" -e -D shm
+check_output "-e names transports not in LOOM_TLS"  '^#     self/memory: not in LOOM_TLS$'   env LOOM_TLS=shm,tcp "$info" -e -D shm
+check_output "-e net says lo cannot reach the peer" '^#     tcp/lo: not used: unreachable: ' env LOOM_TLS=tcp "$info" -e -D net
+check        "-e net never reaches a peer through lo" bash -c "! env LOOM_TLS=tcp '$info' -e -D net | grep -q 'AM lane tcp/lo'"
 check_output "-D takes known kinds only"          "-D takes self, shm or net, not 'foo'"    "$info" -e -D foo
 check_output "-D without -e is explained"         '-D only goes with -e'                   "$info" -D net
 # Configuration (-c, -cf, -cm), warnings about unknown variables, bad global values.

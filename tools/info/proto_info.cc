@@ -10,10 +10,33 @@
 #include "ucp/core/worker.h"
 
 #include <algorithm>
+#include <cstring>
+#include <sstream>
 #include <cstdio>
 #include <string>
 
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 namespace loom::info {
+
+namespace {
+
+/** Whether network device @p name is a loopback device (its flags say IFF_LOOPBACK). */
+bool is_loopback(const std::string& name) {
+    if (name.size() >= IFNAMSIZ) return false;
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    ifreq req{};
+    std::memcpy(req.ifr_name, name.c_str(), name.size() + 1);
+    const bool loopback = ::ioctl(fd, SIOCGIFFLAGS, &req) == 0 && (req.ifr_flags & IFF_LOOPBACK);
+    ::close(fd);
+    return loopback;
+}
+
+}  // namespace
 
 int print_endpoint_config(const std::string& kind) {
     const std::vector<std::string> kinds =
@@ -55,18 +78,24 @@ int print_endpoint_config(const std::string& kind) {
             continue;
         }
         if (k == "net") {
-            // What a peer on another host offers that we could reach: no same-host transports.
-            std::erase_if(address->ifaces, [](const ucp::RemoteIface& ri) {
-                return (ri.cap_flags & (uct::kCapIntraNode | uct::kCapSelfOnly)) != 0;
+            // What a peer on another host offers that we could reach: no same-host
+            // transports, and no address on a loopback device (another host's lo is its own).
+            const ucp::Worker& peer = **other;
+            std::erase_if(address->ifaces, [&](const ucp::RemoteIface& ri) {
+                return (ri.cap_flags & (uct::kCapIntraNode | uct::kCapSelfOnly)) != 0 ||
+                       (ri.index < peer.ifaces.size() && is_loopback(peer.ifaces[ri.index].rsc->tl.dev_name));
             });
         }
-        auto ep = (*local)->ep_create(*address, true, 0);
+        std::string explained;
+        auto ep = (*local)->ep_create(*address, true, 0, &explained);
         if (!ep) {
             std::printf("#   no transport reaches such a peer (%s; the log line above says why)\n",
                         std::string(to_string(ep.status())).c_str());
             continue;
         }
         std::fputs((*local)->describe_protocols(**ep, "#   ").c_str(), stdout);
+        std::istringstream lines(explained);
+        for (std::string line; std::getline(lines, line);) std::printf("#   %s\n", line.c_str());
         (*local)->ep_destroy(*ep, Status::canceled);
     }
     return rc;

@@ -5,6 +5,8 @@
 #include "ucs/debug/log.h"
 #include "ucs/sys/module.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string_view>
 #include <utility>
@@ -112,20 +114,30 @@ Result<std::unique_ptr<Context>> Context::create(const ContextParams& params) {
 
     std::string seen;
     for (const uct::Component* component : uct::components()) {
-        for (const std::string& md_name : component->query_md_resources()) {
+        const std::vector<std::string> md_names = component->query_md_resources();
+        if (md_names.empty()) ctx->left_out_.push_back(component->name() + ": no device on this host");
+        for (const std::string& md_name : md_names) {
             std::vector<std::pair<uct::TlResource, bool>> allowed;  // and whether it is aux only
             std::unique_ptr<uct::Md> md;
             auto opened = component->md_open(md_name);
             if (!opened) {
                 LOOM_LOG_DEBUG("ucp: cannot open memory domain {}: {}", md_name, to_string(opened.status()));
+                ctx->left_out_.push_back(fmt::format("{}: memory domain {} does not open: {}", component->name(),
+                                                     md_name, to_string(opened.status())));
                 continue;
             }
             md = std::move(*opened);
             for (const uct::TlResource& tl : md->query_tl_resources()) {
                 seen += " " + tl.tl_name + "/" + tl.dev_name;
                 bool aux_only = false;
-                if (!tl_allowed(ctx->config_.tls, tl.tl_name, &aux_only)) continue;
-                if (is_net(tl) && !ctx->config_.net_devices.allows(tl.dev_name)) continue;
+                if (!tl_allowed(ctx->config_.tls, tl.tl_name, &aux_only)) {
+                    ctx->left_out_.push_back(tl.tl_name + "/" + tl.dev_name + ": not in LOOM_TLS");
+                    continue;
+                }
+                if (is_net(tl) && !ctx->config_.net_devices.allows(tl.dev_name)) {
+                    ctx->left_out_.push_back(tl.tl_name + "/" + tl.dev_name + ": not in LOOM_NET_DEVICES");
+                    continue;
+                }
                 allowed.emplace_back(tl, aux_only);
             }
             if (allowed.empty()) continue;

@@ -98,6 +98,8 @@ public:
     const ContextParams& params() const { return params_; }
     const ContextConfig& config() const { return config_; }
     const std::vector<ContextResource>& resources() const { return resources_; }
+    /** The transports and devices this host has that the context does not use, each with why ("tcp/eth0: not in LOOM_TLS"). */
+    const std::vector<std::string>& left_out() const { return left_out_; }
 
     /**
      * True when LOOM_TLS allows transport @p tl_name (aliases: ib = every verbs transport,
@@ -112,6 +114,7 @@ private:
     ContextConfig config_;
     std::vector<std::unique_ptr<uct::Md>> mds_;
     std::vector<ContextResource> resources_;
+    std::vector<std::string> left_out_;
 };
 
 }  // namespace loom::ucp

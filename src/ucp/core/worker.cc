@@ -7,6 +7,7 @@
 #include "ucp/tag/tag_proto.h"
 
 #include <algorithm>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -118,6 +119,8 @@ Status Worker::init() {
         if (!iface) {
             LOOM_LOG_WARN("ucp: cannot open {} on {}: {}; going on without it", rsc.tl.tl_name, rsc.tl.dev_name,
                           to_string(iface.status()));
+            ifaces_left_out.push_back(fmt::format("{}/{}: does not open: {}", rsc.tl.tl_name, rsc.tl.dev_name,
+                                                  to_string(iface.status())));
             continue;
         }
         WorkerIface wi;
@@ -128,6 +131,8 @@ Status Worker::init() {
             // As in UCX: a worker that may sleep uses only transports that can wake it.
             LOOM_LOG_INFO("ucp: {} on {} not used: it cannot wake a sleeping worker (LOOM_FEATURE_WAKEUP)",
                           rsc.tl.tl_name, rsc.tl.dev_name);
+            ifaces_left_out.push_back(rsc.tl.tl_name + "/" + rsc.tl.dev_name +
+                                      ": cannot wake a sleeping worker (LOOM_FEATURE_WAKEUP)");
             continue;
         }
         if (Status s = wi.iface->progress_enable(); s != Status::ok) return s;
@@ -685,10 +690,52 @@ void uct_ep_error(void* arg, uct::Ep*, Status status) {
     ep->worker->ep_fail(ep, status);
 }
 
+/**
+ * The transports an endpoint was made from, for LOOM_PROTO_INFO and loom_info -e: each
+ * lane and what it carries, every iface of the worker that is not a lane with the reason
+ * (@p verdict, else @p not_chosen), and what the context and worker left out.
+ */
+template <typename NotChosen>
+void explain_lanes(const Worker& worker, const UnpackedAddress& address, const Ep& ep,
+                   const std::vector<std::string>& verdict, NotChosen&& not_chosen, std::string& out) {
+    out += "transports for this peer:\n";
+    for (std::size_t i = 0; i < worker.ifaces.size(); ++i) {
+        const WorkerIface& wi = worker.ifaces[i];
+        std::string roles;
+        for (std::uint8_t l = 0; l < ep.num_lanes; ++l) {
+            if (ep.lanes[l].iface != i) continue;
+            if (l == ep.am_lane) roles += roles.empty() ? "AM lane" : ", AM lane";
+            if (l == ep.rndv_lane) roles += roles.empty() ? "rendezvous and RMA lane" : ", rendezvous and RMA lane";
+            if (l == ep.wireup_lane) roles += roles.empty() ? "wire-up lane" : ", wire-up lane";
+        }
+        std::string text;
+        if (!roles.empty()) {
+            text = "used: " + roles;
+        } else if (std::string reachable = not_chosen(i); !reachable.empty()) {
+            text = "not used: " + reachable;  // reached some address of the peer: slower
+        } else if (!verdict[i].empty()) {
+            text = "not used: " + verdict[i];
+        } else {
+            const bool offered = std::any_of(address.ifaces.begin(), address.ifaces.end(),
+                                             [&](const RemoteIface& ri) { return ri.tl_name == wi.rsc->tl.tl_name; });
+            text = offered ? "not used" : "not used: the peer offers no " + wi.rsc->tl.tl_name;
+        }
+        out += fmt::format("  {}/{}: {}\n", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, text);
+    }
+    for (const std::string& l : worker.ifaces_left_out) out += "  " + l + "\n";
+    for (const std::string& l : worker.context.left_out()) out += "  " + l + "\n";
+}
+
 
 }  // namespace
 
-Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
+Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain) {
+    std::vector<std::string> verdict(worker.ifaces.size());
+    // What became of each local iface for this peer (the explanation). Unreachable from one
+    // of the peer's addresses says less than a reason found after reaching another one.
+    auto judge = [&](std::size_t iface, std::string text, bool reached = false) {
+        if (verdict[iface].empty() || reached) verdict[iface] = std::move(text);
+    };
     struct Candidate {
         std::uint8_t local, remote;
         double cost, bandwidth;
@@ -706,16 +753,19 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
             const bool to_ep = !(wi.attr.cap_flags & uct::kCapConnectToIface);
             if (to_ep && !(wi.attr.cap_flags & uct::kCapConnectToEp)) {
                 why += " " + ri.tl_name + ": connects neither to ifaces nor to endpoints;";
+                judge(i, "connects neither to ifaces nor to endpoints");
                 continue;
             }
             if ((wi.attr.cap_flags & uct::kCapSelfOnly) && address.uuid != worker.uuid) {
                 why += " " + ri.tl_name + ": reaches only its own worker;";
+                judge(i, "unreachable: reaches only its own worker");
                 continue;
             }
             std::string reason;
             if (!wi.iface->is_reachable(ri.dev_addr.data(), ri.dev_addr.size(), ri.iface_addr.data(),
                                         ri.iface_addr.size(), &reason)) {
                 why += " " + ri.tl_name + "/" + wi.rsc->tl.dev_name + ": " + reason + ";";
+                judge(i, "unreachable: " + reason);
                 continue;
             }
             Candidate c;
@@ -746,12 +796,15 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         const std::string name = name_of(c) + "/" + worker.ifaces[c.local].rsc->tl.dev_name;
         if (c.aux_only) {
             why += " " + name + ": only carries wire-up (:aux in LOOM_TLS);";
+            judge(c.local, "only carries wire-up (:aux in LOOM_TLS)", true);
             return true;
         }
         if (c.to_ep && !wireup) {
             why += " " + name +
                    ": connects endpoint to endpoint and needs a transport that connects to ifaces (tcp, shm) "
                    "for its wire-up;";
+            judge(c.local, "connects endpoint to endpoint and no transport that connects to ifaces carries its wire-up",
+                  true);
             return true;
         }
         return false;
@@ -811,6 +864,22 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep) {
         if (Status s = open_lane(*wireup); s != Status::ok) return s;
         ep.wireup_lane = static_cast<std::uint8_t>(ep.num_lanes - 1);
     }
+    if (explain != nullptr) {
+        explain_lanes(worker, address, ep, verdict, [&](std::size_t iface) -> std::string {
+            // Reachable, and not a lane: say what the chosen lanes had that it had not.
+            const Candidate* c = nullptr;
+            for (const Candidate& x : candidates) {
+                if (x.local == iface) c = &x;
+            }
+            if (c == nullptr) return {};
+            std::string text = fmt::format("reachable; the AM lane costs {:.3f} us by the model, this {:.3f} us",
+                                           am_best.cost * 1e6, c->cost * 1e6);
+            if (rndv_best == nullptr) return text;
+            if (!c->get_zcopy) return text + "; no zero-copy GET on both sides for rendezvous";
+            return text + fmt::format("; rendezvous gets {:.2f} GB/s there, {:.2f} GB/s here", rndv_best->bandwidth / 1e9,
+                                      c->bandwidth / 1e9);
+        }, *explain);
+    }
     const WorkerIface& am = worker.ifaces[am_best.local];
     ep.max_bcopy = static_cast<std::uint32_t>(std::min<std::size_t>(am.attr.am.max_bcopy, UINT32_MAX));
     ep.protos = worker.proto_table(ep);
@@ -839,7 +908,8 @@ const ProtoTable* Worker::proto_table(const Ep& ep) {
     return proto_tables.back().table.get();
 }
 
-Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set) {
+Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set,
+                              std::string* explain_out) {
     auto* ep = static_cast<Ep*>(std::calloc(1, sizeof(Ep)));
     if (ep == nullptr) return Status::no_memory;
     new (&ep->outstanding) decltype(ep->outstanding)();
@@ -847,7 +917,9 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
     ep->remote_uuid = address.uuid;
     ep->flags = static_cast<std::uint8_t>(flags_to_set | (internal ? kEpInternal : 0));
     ep->failure = Status::ok;
-    if (Status s = ep_select_lanes(*this, address, *ep); s != Status::ok) {
+    std::string lanes_explained;
+    const bool explain = context.config().proto_info || explain_out != nullptr;
+    if (Status s = ep_select_lanes(*this, address, *ep, explain ? &lanes_explained : nullptr); s != Status::ok) {
         for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
         std::free(ep);
         return s;
@@ -855,9 +927,15 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
     eps.push_back(*ep);
     ep_by_uuid.emplace(address.uuid, ep);  // keeps the first endpoint to that worker
     wireup_ep_created(*this, ep);
+    if (explain_out != nullptr) *explain_out = std::move(lanes_explained);
     if (context.config().proto_info) {
         // Asked for explicitly: printed whatever the log level.
-        std::fputs(describe_protocols(*ep, "[loom] ").c_str(), stderr);
+        std::string lines = describe_protocols(*ep, "[loom] ");
+        if (explain_out == nullptr) {
+            std::istringstream in(lanes_explained);
+            for (std::string line; std::getline(in, line);) lines += "[loom]   " + line + "\n";
+        }
+        std::fputs(lines.c_str(), stderr);
     }
     return ep;
 }

@@ -161,8 +161,12 @@ public:
      */
     static Result<UnpackedAddress> unpack_address(const void* data, std::size_t max_length);
 
-    /** Creates an endpoint to @p address; see Ep. */
-    Result<Ep*> ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set);
+    /**
+     * Creates an endpoint to @p address; see Ep. With @p explain, what became of every
+     * transport for this peer (used as which lane, or why not), one line each.
+     */
+    Result<Ep*> ep_create(const UnpackedAddress& address, bool internal, unsigned flags_to_set,
+                          std::string* explain = nullptr);
 
     /** The size ranges of @p ep's protocols and their lanes, one line each after @p prefix. */
     std::string describe_protocols(const Ep& ep, const char* prefix) const;
@@ -232,6 +236,8 @@ public:
     Context& context;
     uct::Worker uct_worker;
     std::vector<WorkerIface> ifaces;
+    /** Resources of the context this worker has no iface on, each with why. */
+    std::vector<std::string> ifaces_left_out;
     std::uint64_t uuid = 0;
     TagMatcher tm;
     ucs::MemPool req_pool;
@@ -347,7 +353,7 @@ void wireup_ep_created(Worker& worker, Ep* ep);
 void wireup_ep_gone(Worker& worker, Ep* ep, Status status);
 
 /** Lane selection for an endpoint (worker.cc). */
-Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep);
+Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain);
 
 /** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
 void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);

@@ -570,7 +570,10 @@ TEST(UcpEndpoint, AuxTransportsCarryOnlyWireup) {
         EXPECT_EQ(LOOM_OK, a.connect(b, &ep));
         std::string info = testing::internal::GetCapturedStderr();
         EXPECT_NE(std::string::npos, info.find("(AM lane shm/")) << info;
-        EXPECT_EQ(std::string::npos, info.find("tcp")) << info;
+        // tcp is no lane, and the explanation says why.
+        EXPECT_EQ(std::string::npos, info.find("wired up over tcp")) << info;
+        EXPECT_EQ(std::string::npos, info.find(" on tcp/")) << info;
+        EXPECT_NE(std::string::npos, info.find("tcp/lo: not used: only carries wire-up (:aux in LOOM_TLS)")) << info;
         loom_request_param_t p{};
         p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
         p.flags = LOOM_EP_CLOSE_FLAG_FORCE;
