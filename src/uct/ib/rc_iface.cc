@@ -25,17 +25,6 @@ constexpr std::size_t kRxDescIndex = 52;
 /** Largest inline size probed when LOOM_IB_TX_MAX_INLINE=auto. */
 constexpr std::size_t kMaxInlineProbe = 1024;
 
-IfaceOps rc_ops(bool atomics) {
-    IfaceOps ops = kRcOps;
-    if (!atomics) {
-        // Leaving them out makes the base class answer unsupported, as the capabilities say.
-        ops.ep_atomic64_post = nullptr;
-        ops.ep_atomic64_fetch = nullptr;
-        ops.ep_atomic64_cswap = nullptr;
-    }
-    return ops;
-}
-
 /** The verbs timeout exponent n with 4.096 us * 2^n >= @p t (1 .. 31). */
 std::uint8_t timeout_exponent(std::chrono::nanoseconds t) {
     double units = static_cast<double>(t.count()) / 4096.0;
@@ -65,7 +54,7 @@ Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Wor
 
 RcIface::RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
                  const IbConfig& config)
-    : Iface(md, worker, resource, rc_ops(md->device().atomics())),
+    : Iface(md, worker, resource, md->device().atomics() ? kRcOps : kRcOpsNoAtomics),
       md_(md),
       config_(config),
       port_(port),
