@@ -1,5 +1,10 @@
 /**
- * rc over rdma_cm: the iface listens on an rdma_cm id bound to its IP address; an
+ * rc connection set-up. ep_create chooses the connection model of the iface (see
+ * RcIface). verbs: the endpoint's QP waits in INIT until ep_connect_to_ep gets the
+ * peer's endpoint address and moves it to RTR and RTS (rc_qp.cc), optionally holding
+ * the sends until ep_release_sends.
+ *
+ * rdma_cm: the iface listens on an rdma_cm id bound to its IP address; an
  * endpoint created from a peer's addresses resolves the address and the route,
  * creates its QP on its cm id and connects; the peer accepts on a passive endpoint.
  * Private data (RcCmPrivate) carries each side's receive window and buffer size.
@@ -182,7 +187,6 @@ bool user_part(const void* data, std::size_t len, RcCmPrivate& header, const std
 }
 
 }  // namespace
-
 
 void RcIface::cm_set_state(RcEp* ep, CmState state) {
     bool was_busy = busy_state(ep->cold->cm_state);
@@ -498,6 +502,183 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     }
     cm_set_state(ep, CmState::accepting);
     LOOM_LOG_DEBUG("rc/{}: accepted a connection from {} on QP {:#x}", name, peer, ep->qp_num);
+}
+
+// --- endpoints: ep_create, verbs connect-to-ep --------------------------------------------
+
+Result<Ep*> RcIface::ep_create(const EpParams& params) {
+    const std::string& name = resource().dev_name;
+    if (params.peer_sockaddr != nullptr || params.conn_request != nullptr) {
+        // Client/server: through rdma_cm, with the user's private data.
+        if (!use_rdmacm_) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: client/server connections go through rdma_cm, which this iface "
+                           "does not use (set LOOM_IB_CM=rdmacm; iWARP always uses it)",
+                           name);
+            return Status::unsupported;
+        }
+        if (params.priv_len > kRcMaxUserPriv || (params.priv_len > 0 && params.priv_data == nullptr)) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: {} bytes of private data (at most {})", name, params.priv_len,
+                           kRcMaxUserPriv);
+            return Status::invalid_param;
+        }
+        if (params.conn_request != nullptr) {
+            auto ep = cm_accept_request(static_cast<RcConnRequest*>(params.conn_request), params);
+            if (!ep) return ep.status();
+            return static_cast<Ep*>(*ep);
+        }
+        if ((params.peer_sockaddr->sa_family != AF_INET || params.peer_sockaddr_len < sizeof(sockaddr_in)) &&
+            (params.peer_sockaddr->sa_family != AF_INET6 || params.peer_sockaddr_len < sizeof(sockaddr_in6))) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: not an IPv4 or IPv6 socket address", name);
+            return Status::invalid_address;
+        }
+        auto ep = new_ep(params, false);
+        if (!ep) return ep.status();
+        (*ep)->cold->on_connect = params.on_connect;
+        (*ep)->cold->on_connect_arg = params.on_connect_arg;
+        const auto* user = static_cast<const std::uint8_t*>(params.priv_data);
+        if (params.priv_len > 0) (*ep)->cold->user_priv.assign(user, user + params.priv_len);
+        if (Status s = cm_connect_sockaddr(*ep, params.peer_sockaddr); s != Status::ok) {
+            abandon_ep(*ep);
+            return s;
+        }
+        return static_cast<Ep*>(*ep);
+    }
+    if (params.dev_addr != nullptr || params.iface_addr != nullptr) {
+        RcDeviceAddress dev;
+        RcIfaceAddress iface;
+        std::string reason;
+        Status status = parse_dev_address(params.dev_addr, params.dev_addr_len, dev, &reason);
+        if (status == Status::ok) {
+            status = parse_iface_address(params.iface_addr, params.iface_addr_len, iface, &reason);
+        }
+        if (status != Status::ok) {
+            LOOM_LOG_ERROR("rc/{}: ep_create: {}", name, reason);
+            return status;
+        }
+        if (!use_rdmacm_) {
+            LOOM_LOG_ERROR(
+                "rc/{}: ep_create: this iface connects endpoint to endpoint (LOOM_IB_CM=verbs); create "
+                "the endpoint without an address and call ep_connect_to_ep",
+                name);
+            return Status::unsupported;
+        }
+        auto ep = new_ep(params, false);
+        if (!ep) return ep.status();
+        if (Status s = cm_connect(*ep, dev, iface.port); s != Status::ok) {
+            abandon_ep(*ep);
+            return s;
+        }
+        return static_cast<Ep*>(*ep);
+    }
+    if (use_rdmacm_) {
+        LOOM_LOG_ERROR(
+            "rc/{}: ep_create: this iface connects through rdma_cm and needs the peer's device and "
+            "iface addresses",
+            name);
+        return Status::invalid_param;
+    }
+    auto ep = new_ep(params, false);
+    if (!ep) return ep.status();
+    Status status = create_qp(*ep, nullptr);
+    if (status == Status::ok) status = qp_to_init(*ep);
+    if (status == Status::ok && srq_ == nullptr) {
+        status = post_rx_qp(*ep, static_cast<int>(fc_window_ + kGrantSlots));
+    }
+    if (status != Status::ok) {
+        abandon_ep(*ep);
+        return status;
+    }
+    return static_cast<Ep*>(*ep);
+}
+
+Status RcIface::ep_get_address(Ep* tl_ep, std::uint8_t* out) {
+    auto* ep = static_cast<RcEp*>(tl_ep);
+    if (use_rdmacm_) return Status::unsupported;
+    RcEpAddress addr{};
+    addr.version = kRcAddrVersion;
+    addr.mtu = static_cast<std::uint8_t>(path_mtu_);
+    addr.window = static_cast<std::uint16_t>(fc_window_);
+    addr.qpn = ep->qp_num;
+    addr.psn = ep->cold->psn;
+    addr.seg_size = seg_size;
+    std::memcpy(out, &addr, sizeof(addr));
+    return Status::ok;
+}
+
+Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
+                                 const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags) {
+    auto* ep = static_cast<RcEp*>(tl_ep);
+    const std::string& name = resource().dev_name;
+    if (use_rdmacm_) return Status::unsupported;
+    if ((ep->flags & (kEpConnected | kEpFailed | kEpClosing)) || ep->cold->hold_sends) {
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: the endpoint is already connected or failed", name);
+        return Status::invalid_param;
+    }
+    RcDeviceAddress dev;
+    std::string reason;
+    if (Status s = parse_dev_address(dev_addr, dev_addr_len, dev, &reason); s != Status::ok) {
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: {}", name, reason);
+        return s;
+    }
+    RcEpAddress peer;
+    if (ep_addr == nullptr || ep_addr_len != sizeof(RcEpAddress)) {
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: malformed endpoint address ({} bytes, expected {})", name,
+                       ep_addr_len, sizeof(RcEpAddress));
+        return Status::invalid_address;
+    }
+    std::memcpy(&peer, ep_addr, sizeof(peer));
+    if (peer.version != kRcAddrVersion || !mtu_from_bytes(mtu_bytes(static_cast<ibv_mtu>(peer.mtu))) ||
+        peer.window == 0 || peer.qpn == 0 || peer.qpn > 0xffffff) {
+        LOOM_LOG_ERROR(
+            "rc/{}: ep_connect_to_ep: invalid endpoint address (version {}, mtu {}, window {}, qpn {:#x})",
+            name, peer.version, peer.mtu, peer.window, peer.qpn);
+        return Status::invalid_address;
+    }
+    if (peer.seg_size != seg_size) {
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", name,
+                       peer.seg_size, seg_size);
+        return Status::unreachable;
+    }
+    if (Status s = qp_to_rts(ep, dev, peer); s != Status::ok) return s;
+    ibv_gid peer_gid;
+    std::memcpy(peer_gid.raw, dev.gid, sizeof(peer_gid.raw));
+    ep->cold->peer = fmt::format("QP {:#x} at {}", peer.qpn, gid_text(peer_gid));
+    if (flags & kConnectHoldSends) {
+        // Ready to receive; sends wait (no_resource, pending) until ep_release_sends says the
+        // peer's QP is past RTR: packets reaching a QP still in INIT are dropped and would
+        // only be retransmitted after LOOM_IB_TIMEOUT.
+        ep->cold->hold_sends = true;
+        ep->cold->peer_window = peer.window;
+        LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} receives from {}; its sends wait for the peer", name, ep->qp_num,
+                       ep->cold->peer);
+        return Status::ok;
+    }
+    connected(ep, peer.window);
+    return Status::ok;
+}
+
+Status RcIface::ep_release_sends(Ep* tl_ep) {
+    auto* ep = static_cast<RcEp*>(tl_ep);
+    if (!ep->cold->hold_sends) {
+        if (ep->flags & kEpFailed) return ep->cold->status;
+        if (ep->flags & kEpConnected) return Status::ok;
+        LOOM_LOG_ERROR("rc/{}: ep_release_sends: the endpoint is not connected", resource().dev_name);
+        return Status::invalid_param;
+    }
+    ep->cold->hold_sends = false;
+    if (ep->flags & (kEpFailed | kEpClosing)) return resource_status(ep);
+    connected(ep, ep->cold->peer_window);
+    return Status::ok;
+}
+
+void RcIface::connected(RcEp* ep, std::uint16_t peer_window) {
+    ep->flags |= kEpConnected;
+    ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_);
+    ep->fc_credits = static_cast<std::int16_t>(std::min<std::uint32_t>(peer_window, INT16_MAX));
+    if (ep->flags & kEpGrantDue) send_grant(ep);
+    if (!ep->pending.empty()) arbiter_add(ep);
+    LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} connected to {}, {} credits", resource().dev_name, ep->qp_num,
+                   ep->cold->peer, ep->fc_credits);
 }
 
 // --- client/server ------------------------------------------------------------------------

@@ -4,6 +4,7 @@
  * iface's send CQ and (active messages) the flow-control credits, builds one work
  * request on the stack and posts it. Nothing here allocates from the heap, locks or
  * logs on success; bounce buffers and operation records come from the iface's pools.
+ * Ends with the ops tables, kRcOps and kRcOpsNoAtomics.
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/ib_md.h"
@@ -504,5 +505,14 @@ const IfaceOps kRcOps = {
     .iface_fence = rc_iface_fence,
     .iface_release_desc = rc_release_desc,
 };
+
+const IfaceOps kRcOpsNoAtomics = [] {
+    IfaceOps ops = kRcOps;
+    // Leaving them out makes the base class answer unsupported, as the capabilities say.
+    ops.ep_atomic64_post = nullptr;
+    ops.ep_atomic64_fetch = nullptr;
+    ops.ep_atomic64_cswap = nullptr;
+    return ops;
+}();
 
 }  // namespace loom::uct::ib

@@ -176,7 +176,9 @@ struct RcEp : Ep {
 };
 static_assert(sizeof(RcEp) <= 128, "rc endpoints must stay within two cache lines");
 
-/** The data-path operations of the rc transport. */
+/** The data-path operations of the rc transport (rc_ep.cc). */
 extern const IfaceOps kRcOps;
+/** kRcOps without the atomics, for a device that has none (rc_ep.cc). */
+extern const IfaceOps kRcOpsNoAtomics;
 
 }  // namespace loom::uct::ib

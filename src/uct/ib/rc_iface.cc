@@ -1,3 +1,9 @@
+/**
+ * The rc iface (see rc_iface.h): construction and its resources (CQs, SRQ, registered
+ * pools), attributes and addresses, the endpoint objects from creation to reaping, and
+ * the receive buffers. The QP of an endpoint is in rc_qp.cc, connection set-up in
+ * rc_cm.cc, progress and completions in rc_rx.cc, wake-up events in rc_event.cc.
+ */
 #include "uct/ib/rc_iface.h"
 
 #include "uct/ib/ib_log.h"
@@ -21,20 +27,6 @@ constexpr auto kCloseDeadline = std::chrono::seconds(5);
 
 /** Offset of a receive descriptor's index in RcIface::rx_descs_ (just before its lkey). */
 constexpr std::size_t kRxDescIndex = 52;
-
-/** Largest inline size probed when LOOM_IB_TX_MAX_INLINE=auto. */
-constexpr std::size_t kMaxInlineProbe = 1024;
-
-IfaceOps rc_ops(bool atomics) {
-    IfaceOps ops = kRcOps;
-    if (!atomics) {
-        // Leaving them out makes the base class answer unsupported, as the capabilities say.
-        ops.ep_atomic64_post = nullptr;
-        ops.ep_atomic64_fetch = nullptr;
-        ops.ep_atomic64_cswap = nullptr;
-    }
-    return ops;
-}
 
 /** The verbs timeout exponent n with 4.096 us * 2^n >= @p t (1 .. 31). */
 std::uint8_t timeout_exponent(std::chrono::nanoseconds t) {
@@ -65,7 +57,7 @@ Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Wor
 
 RcIface::RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
                  const IbConfig& config)
-    : Iface(md, worker, resource, rc_ops(md->device().atomics())),
+    : Iface(md, worker, resource, md->device().atomics() ? kRcOps : kRcOpsNoAtomics),
       md_(md),
       config_(config),
       port_(port),
@@ -231,50 +223,6 @@ Status RcIface::init() {
         iwarp_ ? "iWARP" : (port_.ethernet() ? "RoCE" : "InfiniBand"), use_rdmacm_ ? "rdma_cm" : "verbs",
         mtu_bytes(path_mtu_), max_inline, max_send_sge, max_read_sge, srq_ ? "SRQ" : "per-QP receive queues",
         fc_window_);
-    return Status::ok;
-}
-
-ibv_qp_init_attr RcIface::qp_init_attr(std::uint32_t inline_size) const {
-    ibv_qp_init_attr attr{};
-    attr.send_cq = send_cq_;
-    attr.recv_cq = recv_cq_;
-    attr.srq = srq_;
-    attr.qp_type = IBV_QPT_RC;
-    attr.sq_sig_all = 0;
-    attr.cap.max_send_wr = tx_queue_len_;
-    attr.cap.max_recv_wr = srq_ != nullptr ? 0 : fc_window_ + kGrantSlots;
-    attr.cap.max_send_sge = max_send_sge;
-    attr.cap.max_recv_sge = 1;
-    attr.cap.max_inline_data = inline_size;
-    return attr;
-}
-
-Status RcIface::probe_inline() {
-    // Devices differ widely (rxe takes 512 bytes, siw 80) and reject a request above their
-    // limit, so the largest accepted size is found by bisection on throw-away QPs.
-    std::size_t want = config_.max_inline == ucs::config::kSizeAuto ? kMaxInlineProbe : config_.max_inline;
-    std::uint32_t lo = 0, hi = static_cast<std::uint32_t>(std::min<std::size_t>(want, kMaxInlineProbe * 64));
-    while (lo < hi) {
-        std::uint32_t mid = lo + (hi - lo + 1) / 2;
-        ibv_qp_init_attr attr = qp_init_attr(mid);
-        ibv_qp* qp = ibv_create_qp(md_->pd(), &attr);
-        if (qp != nullptr) {
-            lo = std::max(mid, attr.cap.max_inline_data);
-            (void)ibv_destroy_qp(qp);
-            if (lo >= hi) break;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    max_inline = lo;
-    ibv_qp_init_attr attr = qp_init_attr(max_inline);
-    ibv_qp* qp = ibv_create_qp(md_->pd(), &attr);
-    if (qp == nullptr) {
-        LOOM_LOG_ERROR("rc/{}: cannot create an RC queue pair ({} send entries, {} sge): {}",
-                       resource().dev_name, tx_queue_len_, max_send_sge, std::strerror(errno));
-        return Status::no_resource;
-    }
-    (void)ibv_destroy_qp(qp);
     return Status::ok;
 }
 
@@ -612,295 +560,6 @@ Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive) {
     return ep;
 }
 
-Status RcIface::create_qp(RcEp* ep, rdma_cm_id* cm_id) {
-    // Always on our own context and protection domain, also for rdma_cm connections (whose
-    // ids carry librdmacm's context of the same device): librdmacm opens its contexts once
-    // per process, so a child forked after the parent used rdma_cm inherits them, and the
-    // kernel refuses a forked child's commands on an inherited verbs file (EACCES).
-    ibv_qp_init_attr attr = qp_init_attr(max_inline);
-    ep->qp = ibv_create_qp(md_->pd(), &attr);
-    if (ep->qp == nullptr) {
-        LOOM_LOG_ERROR("rc/{}: ibv_create_qp failed: {}", resource().dev_name, std::strerror(errno));
-        return Status::no_resource;
-    }
-    ep->qp_num = ep->qp->qp_num;
-    qp_map_[ep->qp_num] = ep;
-    if (cm_id != nullptr) {
-        ep->cold->cm_id = cm_id;
-        return cm_qp_to(ep, IBV_QPS_INIT, 0);
-    }
-    return Status::ok;
-}
-
-Status RcIface::cm_qp_to(RcEp* ep, ibv_qp_state state, std::uint32_t rd_atomic) {
-    ibv_qp_attr attr{};
-    int mask = 0;
-    attr.qp_state = state;
-    if (rdma_init_qp_attr(ep->cold->cm_id, &attr, &mask) != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x}: rdma_init_qp_attr({}) failed: {}", resource().dev_name, ep->qp_num,
-                       static_cast<int>(state), std::strerror(errno));
-        return Status::io_error;
-    }
-    if (state == IBV_QPS_INIT) {
-        // Before the connection exists rdma_cm grants no remote access; the peer's reads,
-        // writes and atomics need it from the start.
-        attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-        if (atomics_) attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
-        mask |= IBV_QP_ACCESS_FLAGS;
-    } else if (state == IBV_QPS_RTR) {
-        // rdma_ucm reports RoCE-only attribute bits on InfiniBand ports too (librdmacm masks them).
-        if (!port_.ethernet()) mask &= ~0xe00000;
-        if (rd_atomic != 0) attr.max_dest_rd_atomic = static_cast<std::uint8_t>(rd_atomic);
-    } else if (state == IBV_QPS_RTS && rd_atomic != 0) {
-        attr.max_rd_atomic = static_cast<std::uint8_t>(rd_atomic);
-    }
-    if (int rc = ibv_modify_qp(ep->qp, &attr, mask); rc != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x} to state {} failed: {}", resource().dev_name, ep->qp_num,
-                       static_cast<int>(state), std::strerror(rc));
-        return Status::io_error;
-    }
-    return Status::ok;
-}
-
-Status RcIface::cm_qp_ready(RcEp* ep, std::uint32_t responder_resources, std::uint32_t initiator_depth) {
-    // INIT again: once the connection exists rdma_cm's attributes (access, port, pkey) are final.
-    Status s = cm_qp_to(ep, IBV_QPS_INIT, 0);
-    if (s == Status::ok) s = cm_qp_to(ep, IBV_QPS_RTR, responder_resources);
-    if (s == Status::ok) s = cm_qp_to(ep, IBV_QPS_RTS, initiator_depth);
-    return s;
-}
-
-Status RcIface::qp_to_init(RcEp* ep) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.pkey_index = 0;
-    attr.port_num = port_.num;
-    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    if (atomics_) attr.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
-    int rc =
-        ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    if (rc != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x} to INIT failed: {}", resource().dev_name, ep->qp_num,
-                       std::strerror(rc));
-        return Status::io_error;
-    }
-    return Status::ok;
-}
-
-Result<Ep*> RcIface::ep_create(const EpParams& params) {
-    const std::string& name = resource().dev_name;
-    if (params.peer_sockaddr != nullptr || params.conn_request != nullptr) {
-        // Client/server: through rdma_cm, with the user's private data.
-        if (!use_rdmacm_) {
-            LOOM_LOG_ERROR("rc/{}: ep_create: client/server connections go through rdma_cm, which this iface "
-                           "does not use (set LOOM_IB_CM=rdmacm; iWARP always uses it)",
-                           name);
-            return Status::unsupported;
-        }
-        if (params.priv_len > kRcMaxUserPriv || (params.priv_len > 0 && params.priv_data == nullptr)) {
-            LOOM_LOG_ERROR("rc/{}: ep_create: {} bytes of private data (at most {})", name, params.priv_len,
-                           kRcMaxUserPriv);
-            return Status::invalid_param;
-        }
-        if (params.conn_request != nullptr) {
-            auto ep = cm_accept_request(static_cast<RcConnRequest*>(params.conn_request), params);
-            if (!ep) return ep.status();
-            return static_cast<Ep*>(*ep);
-        }
-        if ((params.peer_sockaddr->sa_family != AF_INET || params.peer_sockaddr_len < sizeof(sockaddr_in)) &&
-            (params.peer_sockaddr->sa_family != AF_INET6 || params.peer_sockaddr_len < sizeof(sockaddr_in6))) {
-            LOOM_LOG_ERROR("rc/{}: ep_create: not an IPv4 or IPv6 socket address", name);
-            return Status::invalid_address;
-        }
-        auto ep = new_ep(params, false);
-        if (!ep) return ep.status();
-        (*ep)->cold->on_connect = params.on_connect;
-        (*ep)->cold->on_connect_arg = params.on_connect_arg;
-        const auto* user = static_cast<const std::uint8_t*>(params.priv_data);
-        if (params.priv_len > 0) (*ep)->cold->user_priv.assign(user, user + params.priv_len);
-        if (Status s = cm_connect_sockaddr(*ep, params.peer_sockaddr); s != Status::ok) {
-            abandon_ep(*ep);
-            return s;
-        }
-        return static_cast<Ep*>(*ep);
-    }
-    if (params.dev_addr != nullptr || params.iface_addr != nullptr) {
-        RcDeviceAddress dev;
-        RcIfaceAddress iface;
-        std::string reason;
-        Status status = parse_dev_address(params.dev_addr, params.dev_addr_len, dev, &reason);
-        if (status == Status::ok) {
-            status = parse_iface_address(params.iface_addr, params.iface_addr_len, iface, &reason);
-        }
-        if (status != Status::ok) {
-            LOOM_LOG_ERROR("rc/{}: ep_create: {}", name, reason);
-            return status;
-        }
-        if (!use_rdmacm_) {
-            LOOM_LOG_ERROR(
-                "rc/{}: ep_create: this iface connects endpoint to endpoint (LOOM_IB_CM=verbs); create "
-                "the endpoint without an address and call ep_connect_to_ep",
-                name);
-            return Status::unsupported;
-        }
-        auto ep = new_ep(params, false);
-        if (!ep) return ep.status();
-        if (Status s = cm_connect(*ep, dev, iface.port); s != Status::ok) {
-            abandon_ep(*ep);
-            return s;
-        }
-        return static_cast<Ep*>(*ep);
-    }
-    if (use_rdmacm_) {
-        LOOM_LOG_ERROR(
-            "rc/{}: ep_create: this iface connects through rdma_cm and needs the peer's device and "
-            "iface addresses",
-            name);
-        return Status::invalid_param;
-    }
-    auto ep = new_ep(params, false);
-    if (!ep) return ep.status();
-    Status status = create_qp(*ep, nullptr);
-    if (status == Status::ok) status = qp_to_init(*ep);
-    if (status == Status::ok && srq_ == nullptr) {
-        status = post_rx_qp(*ep, static_cast<int>(fc_window_ + kGrantSlots));
-    }
-    if (status != Status::ok) {
-        abandon_ep(*ep);
-        return status;
-    }
-    return static_cast<Ep*>(*ep);
-}
-
-Status RcIface::ep_get_address(Ep* tl_ep, std::uint8_t* out) {
-    auto* ep = static_cast<RcEp*>(tl_ep);
-    if (use_rdmacm_) return Status::unsupported;
-    RcEpAddress addr{};
-    addr.version = kRcAddrVersion;
-    addr.mtu = static_cast<std::uint8_t>(path_mtu_);
-    addr.window = static_cast<std::uint16_t>(fc_window_);
-    addr.qpn = ep->qp_num;
-    addr.psn = ep->cold->psn;
-    addr.seg_size = seg_size;
-    std::memcpy(out, &addr, sizeof(addr));
-    return Status::ok;
-}
-
-Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::size_t dev_addr_len,
-                                 const std::uint8_t* ep_addr, std::size_t ep_addr_len, unsigned flags) {
-    auto* ep = static_cast<RcEp*>(tl_ep);
-    const std::string& name = resource().dev_name;
-    if (use_rdmacm_) return Status::unsupported;
-    if ((ep->flags & (kEpConnected | kEpFailed | kEpClosing)) || ep->cold->hold_sends) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: the endpoint is already connected or failed", name);
-        return Status::invalid_param;
-    }
-    RcDeviceAddress dev;
-    std::string reason;
-    if (Status s = parse_dev_address(dev_addr, dev_addr_len, dev, &reason); s != Status::ok) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: {}", name, reason);
-        return s;
-    }
-    RcEpAddress peer;
-    if (ep_addr == nullptr || ep_addr_len != sizeof(RcEpAddress)) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: malformed endpoint address ({} bytes, expected {})", name,
-                       ep_addr_len, sizeof(RcEpAddress));
-        return Status::invalid_address;
-    }
-    std::memcpy(&peer, ep_addr, sizeof(peer));
-    if (peer.version != kRcAddrVersion || !mtu_from_bytes(mtu_bytes(static_cast<ibv_mtu>(peer.mtu))) ||
-        peer.window == 0 || peer.qpn == 0 || peer.qpn > 0xffffff) {
-        LOOM_LOG_ERROR(
-            "rc/{}: ep_connect_to_ep: invalid endpoint address (version {}, mtu {}, window {}, qpn {:#x})",
-            name, peer.version, peer.mtu, peer.window, peer.qpn);
-        return Status::invalid_address;
-    }
-    if (peer.seg_size != seg_size) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", name,
-                       peer.seg_size, seg_size);
-        return Status::unreachable;
-    }
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = std::min(path_mtu_, static_cast<ibv_mtu>(peer.mtu));
-    attr.dest_qp_num = peer.qpn;
-    attr.rq_psn = peer.psn & 0xffffff;
-    attr.max_dest_rd_atomic = static_cast<std::uint8_t>(max_dest_rd_atomic_);
-    attr.min_rnr_timer = 12;  // 0.64 ms: only a safety net, flow control keeps buffers posted
-    attr.ah_attr.port_num = port_.num;
-    attr.ah_attr.sl = static_cast<std::uint8_t>(config_.service_level);
-    if (port_.ethernet()) {
-        attr.ah_attr.is_global = 1;
-        std::memcpy(attr.ah_attr.grh.dgid.raw, dev.gid, sizeof(dev.gid));
-        attr.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(gid_index_);
-        attr.ah_attr.grh.hop_limit = static_cast<std::uint8_t>(config_.hop_limit);
-        attr.ah_attr.grh.traffic_class = static_cast<std::uint8_t>(config_.traffic_class);
-    } else {
-        attr.ah_attr.dlid = dev.lid;
-    }
-    int rc = ibv_modify_qp(ep->qp, &attr,
-                           IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                               IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    if (rc != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x} to RTR (peer QP {:#x}) failed: {}", name, ep->qp_num, peer.qpn,
-                       std::strerror(rc));
-        return Status::io_error;
-    }
-    attr = {};
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = timeout_exp_;
-    attr.retry_cnt = static_cast<std::uint8_t>(config_.retry_count);
-    attr.rnr_retry = static_cast<std::uint8_t>(config_.rnr_retry);
-    attr.sq_psn = ep->cold->psn;
-    attr.max_rd_atomic = static_cast<std::uint8_t>(max_rd_atomic_);
-    rc = ibv_modify_qp(ep->qp, &attr,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
-    if (rc != 0) {
-        LOOM_LOG_ERROR("rc/{}: QP {:#x} to RTS failed: {}", name, ep->qp_num, std::strerror(rc));
-        return Status::io_error;
-    }
-    ibv_gid peer_gid;
-    std::memcpy(peer_gid.raw, dev.gid, sizeof(peer_gid.raw));
-    ep->cold->peer = fmt::format("QP {:#x} at {}", peer.qpn, gid_text(peer_gid));
-    if (flags & kConnectHoldSends) {
-        // Ready to receive; sends wait (no_resource, pending) until ep_release_sends says the
-        // peer's QP is past RTR: packets reaching a QP still in INIT are dropped and would
-        // only be retransmitted after LOOM_IB_TIMEOUT.
-        ep->cold->hold_sends = true;
-        ep->cold->peer_window = peer.window;
-        LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} receives from {}; its sends wait for the peer", name, ep->qp_num,
-                       ep->cold->peer);
-        return Status::ok;
-    }
-    connected(ep, peer.window);
-    return Status::ok;
-}
-
-Status RcIface::ep_release_sends(Ep* tl_ep) {
-    auto* ep = static_cast<RcEp*>(tl_ep);
-    if (!ep->cold->hold_sends) {
-        if (ep->flags & kEpFailed) return ep->cold->status;
-        if (ep->flags & kEpConnected) return Status::ok;
-        LOOM_LOG_ERROR("rc/{}: ep_release_sends: the endpoint is not connected", resource().dev_name);
-        return Status::invalid_param;
-    }
-    ep->cold->hold_sends = false;
-    if (ep->flags & (kEpFailed | kEpClosing)) return resource_status(ep);
-    connected(ep, ep->cold->peer_window);
-    return Status::ok;
-}
-
-void RcIface::connected(RcEp* ep, std::uint16_t peer_window) {
-    ep->flags |= kEpConnected;
-    ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_);
-    ep->fc_credits = static_cast<std::int16_t>(std::min<std::uint32_t>(peer_window, INT16_MAX));
-    if (ep->flags & kEpGrantDue) send_grant(ep);
-    if (!ep->pending.empty()) arbiter_add(ep);
-    LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} connected to {}, {} credits", resource().dev_name, ep->qp_num,
-                   ep->cold->peer, ep->fc_credits);
-}
-
 void RcIface::discard_ops(RcEp* ep) {
     while (TxOp* op = ep->ops.pop_front()) {
         if (op->kind == TxOpKind::iface_flush) finish_flush_part(op->flush, Status::ok);
@@ -955,12 +614,6 @@ void RcIface::close_ep(RcEp* ep) {
     closing_.push_back(ep);
 }
 
-void RcIface::qp_to_error(RcEp* ep) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    (void)ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE);  // flushes every posted request with a completion
-}
-
 void RcIface::abandon_ep(RcEp* ep) {
     ep->flags |= kEpClosing;
     std::erase(eps_, ep);
@@ -969,12 +622,7 @@ void RcIface::abandon_ep(RcEp* ep) {
 }
 
 void RcIface::delete_ep(RcEp* ep) {
-    if (ep->qp != nullptr) {
-        qp_map_.erase(ep->qp_num);
-        rx_last_ep_ = nullptr;
-        (void)ibv_destroy_qp(ep->qp);
-        ep->qp = nullptr;
-    }
+    destroy_qp(ep);
     if (ep->cold->cm_id != nullptr) (void)rdma_destroy_id(ep->cold->cm_id);
     // Requests that never produced a completion (the unsignaled tail) free their CQ entries now.
     cq_avail += static_cast<std::int32_t>(ep->tx_sn - ep->acked_sn);
@@ -1111,3 +759,4 @@ Status RcIface::post_rx_qp(RcEp* ep, int count) {
 }
 
 }  // namespace loom::uct::ib
+

@@ -1,5 +1,8 @@
 /**
- * The rc iface: a reliable-connection transport on one port of a verbs device.
+ * The rc iface: a reliable-connection transport on one port of a verbs device. Its code:
+ * rc_iface.cc (resources, attributes, addresses, endpoint objects, receive buffers),
+ * rc_qp.cc (the queue pair of an endpoint), rc_cm.cc (connection set-up), rc_rx.cc
+ * (progress and completions), rc_event.cc (wake-up events); the data path is rc_ep.cc.
  *
  * Resources per iface: a send CQ and a receive CQ shared by all its endpoints, an SRQ
  * where the device has one (LOOM_IB_SRQ), registered pools of receive buffers and of
@@ -184,10 +187,9 @@ public:
     void response_due(RcEp* ep, std::uint64_t sn);
 
 private:
+    // construction, attributes and addresses (rc_iface.cc)
     Status check_config();
     bool ooo_seen_ = false;  ///< completions came out of order once (logged once)
-    ibv_qp_init_attr qp_init_attr(std::uint32_t inline_size) const;
-    Status probe_inline();
     Status init_pools();
     void perf_model(IfaceAttr& attr) const;
     Status parse_dev_address(const std::uint8_t* dev_addr, std::size_t len, RcDeviceAddress& out,
@@ -195,21 +197,8 @@ private:
     Status parse_iface_address(const std::uint8_t* iface_addr, std::size_t len, RcIfaceAddress& out,
                                std::string* reason) const;
 
+    // endpoint objects and receive buffers (rc_iface.cc)
     Result<RcEp*> new_ep(const EpParams& params, bool passive);
-    Status create_qp(RcEp* ep, rdma_cm_id* cm_id);
-    Status qp_to_init(RcEp* ep);
-    /**
-     * Moves an rdma_cm endpoint's QP to @p state with rdma_cm's attributes (we own the QP,
-     * so librdmacm does not); @p rd_atomic, when not 0, overrides the RTR responder
-     * resources or the RTS initiator depth.
-     */
-    Status cm_qp_to(RcEp* ep, ibv_qp_state state, std::uint32_t rd_atomic);
-    /** INIT, RTR and RTS for an rdma_cm endpoint: before rdma_accept, or on the connect response. */
-    Status cm_qp_ready(RcEp* ep, std::uint32_t responder_resources, std::uint32_t initiator_depth);
-    /** True when @p ctx (an rdma_cm id's context) is a context of this iface's device. */
-    bool cm_on_our_device(const ibv_context* ctx) const;
-    void qp_to_error(RcEp* ep);
-    void connected(RcEp* ep, std::uint16_t peer_window);
     void discard_ops(RcEp* ep);
     void close_ep(RcEp* ep);
     void delete_ep(RcEp* ep);
@@ -233,6 +222,30 @@ private:
     void post_rx_srq(int count);
     Status post_rx_qp(RcEp* ep, int count);
 
+    // the queue pair of an endpoint (rc_qp.cc)
+    ibv_qp_init_attr qp_init_attr(std::uint32_t inline_size) const;
+    Status probe_inline();
+    Status create_qp(RcEp* ep, rdma_cm_id* cm_id);
+    Status qp_to_init(RcEp* ep);
+    /**
+     * Moves a verbs endpoint's QP from INIT to RTR and RTS, connected to the QP of the
+     * peer's endpoint address @p peer on the device of @p dev; io_error (logged) when
+     * the device refuses.
+     */
+    Status qp_to_rts(RcEp* ep, const RcDeviceAddress& dev, const RcEpAddress& peer);
+    /**
+     * Moves an rdma_cm endpoint's QP to @p state with rdma_cm's attributes (we own the QP,
+     * so librdmacm does not); @p rd_atomic, when not 0, overrides the RTR responder
+     * resources or the RTS initiator depth.
+     */
+    Status cm_qp_to(RcEp* ep, ibv_qp_state state, std::uint32_t rd_atomic);
+    /** INIT, RTR and RTS for an rdma_cm endpoint: before rdma_accept, or on the connect response. */
+    Status cm_qp_ready(RcEp* ep, std::uint32_t responder_resources, std::uint32_t initiator_depth);
+    void qp_to_error(RcEp* ep);
+    /** Destroys @p ep's QP, if it has one, and forgets its QP number. */
+    void destroy_qp(RcEp* ep);
+
+    // progress, completions, credit grants, the arbiter, failures, flush (rc_rx.cc)
     /** A completion event_arm took out of a CQ, for the next progress call to handle first. */
     struct CqStash {
         ibv_wc wc{};
@@ -269,7 +282,10 @@ private:
     bool failure_to_report() const;
     Status set_grace_timer();
 
-    // rdma_cm (rc_cm.cc)
+    // connection set-up, both models (rc_cm.cc)
+    void connected(RcEp* ep, std::uint16_t peer_window);
+    /** True when @p ctx (an rdma_cm id's context) is a context of this iface's device. */
+    bool cm_on_our_device(const ibv_context* ctx) const;
     friend class RcListener;
     Status cm_listen();
     Status cm_connect_sockaddr(RcEp* ep, const sockaddr* dst);

@@ -1,4 +1,4 @@
-#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_common.h"
 
 #include <sys/random.h>

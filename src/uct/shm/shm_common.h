@@ -1,14 +1,10 @@
 /**
- * Shared pieces of the shm transport (private, not installed): its log component,
- * the identity of this process and of this host, and small system helpers.
- *
- * Sources of the transport define
- *     #define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
- * before including ucs/debug/log.h.
+ * Shared pieces of the shm transport (private, not installed): the identity of this
+ * process and of this host, and small system helpers. Its log component is in
+ * shm_log.h.
  */
 #pragma once
 
-#include "ucs/debug/log.h"
 #include "ucs/type/result.h"
 
 #include <sys/types.h>
@@ -17,9 +13,6 @@
 #include <string>
 
 namespace loom::uct::shm {
-
-/** The "shm" log component; created on first use so static initialisers may log. */
-log::Component& shm_log();
 
 /**
  * Who this process is, as peers see it: the pid, its start time (clock ticks after

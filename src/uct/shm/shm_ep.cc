@@ -2,13 +2,12 @@
  * The data path of shm endpoints: active messages into the peer's FIFO, put/get and
  * atomics on local or mapped memory, pending requests, flush and fence. Memory of
  * another process that is not mapped (a peer's registration) goes to shm_rma.cc.
+ * Ends with the ops table, kShmOps.
  */
-#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_common.h"
 
 #include "uct/shm/shm_iface.h"
-
-#include "ucs/debug/log.h"
 
 #include <cstring>
 
@@ -370,32 +369,29 @@ Status EpOps::iface_fence(Iface*, unsigned) {
     return Status::ok;
 }
 
-const IfaceOps& EpOps::table() {
-    static const IfaceOps ops = {
-        .ep_am_short = am_short,
-        .ep_am_bcopy = am_bcopy,
-        .ep_am_zcopy = am_zcopy,
-        .ep_put_short = put_short,
-        .ep_put_bcopy = put_bcopy,
-        .ep_put_zcopy = put_zcopy,
-        .ep_get_bcopy = get_bcopy,
-        .ep_get_zcopy = get_zcopy,
-        .ep_atomic32_post = atomic_post<std::uint32_t>,
-        .ep_atomic64_post = atomic_post<std::uint64_t>,
-        .ep_atomic32_fetch = atomic_fetch<std::uint32_t>,
-        .ep_atomic64_fetch = atomic_fetch<std::uint64_t>,
-        .ep_atomic32_cswap = atomic_cswap<std::uint32_t>,
-        .ep_atomic64_cswap = atomic_cswap<std::uint64_t>,
-        .ep_pending_add = pending_add,
-        .ep_pending_purge = pending_purge,
-        .ep_flush = ep_flush,
-        .ep_fence = ep_fence,
-        .iface_progress = ShmIface::progress,
-        .iface_flush = ShmIface::flush,
-        .iface_fence = iface_fence,
-        .iface_release_desc = nullptr,  // handlers get the data in place and never keep it
-    };
-    return ops;
-}
+const IfaceOps kShmOps = {
+    .ep_am_short = EpOps::am_short,
+    .ep_am_bcopy = EpOps::am_bcopy,
+    .ep_am_zcopy = EpOps::am_zcopy,
+    .ep_put_short = EpOps::put_short,
+    .ep_put_bcopy = EpOps::put_bcopy,
+    .ep_put_zcopy = EpOps::put_zcopy,
+    .ep_get_bcopy = EpOps::get_bcopy,
+    .ep_get_zcopy = EpOps::get_zcopy,
+    .ep_atomic32_post = EpOps::atomic_post<std::uint32_t>,
+    .ep_atomic64_post = EpOps::atomic_post<std::uint64_t>,
+    .ep_atomic32_fetch = EpOps::atomic_fetch<std::uint32_t>,
+    .ep_atomic64_fetch = EpOps::atomic_fetch<std::uint64_t>,
+    .ep_atomic32_cswap = EpOps::atomic_cswap<std::uint32_t>,
+    .ep_atomic64_cswap = EpOps::atomic_cswap<std::uint64_t>,
+    .ep_pending_add = EpOps::pending_add,
+    .ep_pending_purge = EpOps::pending_purge,
+    .ep_flush = EpOps::ep_flush,
+    .ep_fence = EpOps::ep_fence,
+    .iface_progress = ShmIface::progress,
+    .iface_flush = ShmIface::flush,
+    .iface_fence = EpOps::iface_fence,
+    .iface_release_desc = nullptr,  // handlers get the data in place and never keep it
+};
 
 }  // namespace loom::uct::shm

@@ -1,11 +1,10 @@
-#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_common.h"
 
 #include "uct/shm/shm_md.h"
 
 #include "uct/shm/shm_iface.h"
-
-#include "ucs/debug/log.h"
+#include "uct/shm/shm_wire.h"
 
 #include <unistd.h>
 
@@ -25,25 +24,6 @@ RegionTable& region_table() {
 }  // namespace detail
 
 namespace {
-
-constexpr std::uint8_t kRkeyVersion = 1;
-
-enum class PackedKind : std::uint8_t { reg = 1, alloc = 2 };
-
-/** A packed remote key: everything a peer needs to reach the memory and check its accesses. */
-struct PackedRkey {
-    std::uint8_t version;
-    std::uint8_t kind;    ///< PackedKind
-    std::uint8_t access;  ///< MemAccess bits
-    std::uint8_t reserved;
-    std::uint32_t pid;
-    std::uint64_t process_cookie;
-    std::uint64_t address;
-    std::uint64_t length;
-    std::uint64_t key_id;
-    SegmentId seg;  ///< alloc: the segment to map; zero for reg
-};
-static_assert(sizeof(PackedRkey) == 80 && std::is_trivially_copyable_v<PackedRkey>, "a wire format");
 
 /** Key ids: unique in this process; a random start so ids of different runs differ. */
 std::uint64_t next_key_id() {

@@ -14,12 +14,10 @@
  * peer's progress answers with GetReply fragments (or one reply with an error status) and
  * our progress copies them out and completes the operation.
  */
-#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_common.h"
 
 #include "uct/shm/shm_iface.h"
-
-#include "ucs/debug/log.h"
 
 #include <sys/uio.h>
 

@@ -1,9 +1,7 @@
-#define LOOM_LOG_COMPONENT (::loom::uct::shm::shm_log())
-#include "uct/shm/shm_common.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
+#include "uct/shm/shm_common.h"
 
 #include "uct/shm/shm_segment.h"
-
-#include "ucs/debug/log.h"
 
 #include <dirent.h>
 #include <fcntl.h>

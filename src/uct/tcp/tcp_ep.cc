@@ -1,5 +1,7 @@
 /**
- * tcp data path: the send operations of an endpoint and the ops table.
+ * tcp data path: the send side of a connection (the rest of a frame the socket did not
+ * take, frames staged before the connection is up, replies to the peer's requests), the
+ * send operations of an endpoint, and the ops table, kTcpOps.
  *
  * Every send writes one whole frame with one sendmsg() when the connection can take it
  * (TcpEp::can_send). What the socket does not take is kept in the connection's TxDesc
@@ -34,6 +36,204 @@
 #include <cstring>
 
 namespace loom::uct::tcp {
+
+// --- the send side of a connection ---------------------------------------------------------------
+
+void TcpIface::tx_progress(TcpEp* ep) {
+    TxDesc* desc = ep->tx;
+    msghdr msg{};
+    msg.msg_iov = desc->iov + desc->iov_pos;
+    msg.msg_iovlen = desc->iovcnt - desc->iov_pos;
+    ssize_t n = ::sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+        LOOM_LOG_DEBUG("tcp/{}: send to {} failed: {}", device_.name, peer_name(ep), std::strerror(errno));
+        fail(ep, errno_status(errno));
+        return;
+    }
+    auto left = static_cast<std::size_t>(n);
+    while (desc->iov_pos < desc->iovcnt && left >= desc->iov[desc->iov_pos].iov_len) {
+        left -= desc->iov[desc->iov_pos].iov_len;
+        ++desc->iov_pos;
+    }
+    if (desc->iov_pos < desc->iovcnt) {
+        iovec& cur = desc->iov[desc->iov_pos];
+        cur.iov_base = static_cast<std::uint8_t*>(cur.iov_base) + left;
+        cur.iov_len -= left;
+        return;
+    }
+    Completion* comp = desc->comp;
+    ep->tx = nullptr;
+    put_tx_desc(desc);
+    if (!ep->cold->replies.empty()) write_replies(ep);
+    update_poll(ep);
+    if (comp != nullptr) completion_update(comp, Status::ok);
+}
+
+void TcpIface::write_replies(TcpEp* ep) {
+    while (ep->tx == nullptr && ep->state == ConnState::connected) {
+        ReplyDesc* reply = ep->cold->replies.pop_front();
+        if (reply == nullptr) return;
+        iovec iov[2] = {{&reply->header, sizeof(reply->header)}, {const_cast<void*>(reply->data), reply->length}};
+        unsigned iovcnt = reply->length ? 2 : 1;
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = iovcnt;
+        ssize_t n = ::sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n != static_cast<ssize_t>(sizeof(reply->header) + reply->length)) {
+            // Inline data is copied; a get reply's data is the registered memory itself.
+            (void)send_incomplete(ep, iov, iovcnt, n, reply->data == &reply->value ? 2 : 1, nullptr);
+        }
+        reply_pool_.put(reply);
+    }
+}
+
+bool TcpIface::queue_reply(TcpEp* ep, const FrameHeader& fh, const void* data, std::size_t length, bool copy_data) {
+    auto* reply = static_cast<ReplyDesc*>(reply_pool_.get());
+    if (reply == nullptr) {
+        LOOM_LOG_ERROR("tcp/{}: out of memory for a reply to {}: failing the connection", device_.name, peer_name(ep));
+        fail(ep, Status::no_memory);
+        return false;
+    }
+    reply->header = fh;
+    reply->length = length;
+    if (copy_data && length > 0) {
+        LOOM_ASSERT(length <= sizeof(reply->value));
+        std::memcpy(&reply->value, data, length);
+        reply->data = &reply->value;
+    } else {
+        reply->data = data;
+    }
+    ep->cold->replies.push_back(*reply);
+    return true;
+}
+
+Status TcpIface::send_incomplete(TcpEp* ep, const iovec* iov, unsigned iovcnt, ssize_t sent, unsigned ncopy,
+                                 Completion* comp) {
+    if (sent < 0) {
+        int err = errno;
+        if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+            LOOM_LOG_DEBUG("tcp/{}: send to {} failed: {}", device_.name, peer_name(ep), std::strerror(err));
+            fail(ep, errno_status(err));
+            return ep->cold->error;
+        }
+        sent = 0;
+    }
+    TxDesc* desc = get_tx_desc();
+    if (desc == nullptr) {
+        // Part of the frame is on the wire and the rest cannot be kept: the stream is lost.
+        LOOM_LOG_ERROR("tcp/{}: out of memory for a send buffer: failing the connection to {}", device_.name,
+                       peer_name(ep));
+        fail(ep, Status::no_memory);
+        return sent == 0 ? Status::no_memory : Status::ok;
+    }
+    auto skip = static_cast<std::size_t>(sent);
+    std::uint8_t* copy = desc->data;
+    unsigned out = 0;
+    bool referenced = false;  // user memory still to be read: the operation is not complete
+    for (unsigned i = 0; i < iovcnt; ++i) {
+        auto* base = static_cast<std::uint8_t*>(iov[i].iov_base);
+        std::size_t len = iov[i].iov_len;
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        base += skip;
+        len -= skip;
+        skip = 0;
+        if (i < ncopy) {
+            // Copied pieces are contiguous in desc->data: one iovec covers them all.
+            if (out == 0 || desc->iov[out - 1].iov_base != desc->data) {
+                desc->iov[out++] = {copy, 0};
+            }
+            std::memcpy(copy, base, len);
+            copy += len;
+            desc->iov[out - 1].iov_len += len;
+        } else {
+            desc->iov[out++] = {base, len};
+            referenced = true;
+        }
+    }
+    desc->iovcnt = static_cast<std::uint8_t>(out);
+    desc->iov_pos = 0;
+    desc->comp = referenced ? comp : nullptr;
+    ep->tx = desc;
+    update_poll(ep);
+    if (referenced) return Status::in_progress;
+    // Everything left was copied: done for the caller (its Completion, if any, is not used).
+    return Status::ok;
+}
+
+Status TcpIface::send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* start, std::size_t total,
+                                      ssize_t sent) {
+    if (sent < 0) {
+        int err = errno;
+        if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+            put_tx_desc(desc);
+            LOOM_LOG_DEBUG("tcp/{}: send to {} failed: {}", device_.name, peer_name(ep), std::strerror(err));
+            fail(ep, errno_status(err));
+            return ep->cold->error;
+        }
+        sent = 0;
+    }
+    desc->iov[0] = {start + sent, total - static_cast<std::size_t>(sent)};
+    desc->iovcnt = 1;
+    desc->iov_pos = 0;
+    desc->comp = nullptr;
+    ep->tx = desc;
+    update_poll(ep);
+    return Status::ok;
+}
+
+Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total) {
+    TxDesc* desc = ep->tx;
+    if (desc == nullptr) {
+        if (total <= kSmallStageBytes && (desc = static_cast<TxDesc*>(tx_small_pool_.get())) != nullptr) {
+            desc->small = true;
+        } else if ((desc = get_tx_desc()) == nullptr) {
+            return Status::no_resource;
+        }
+        desc->iov[0] = {desc->data, 0};
+        desc->iovcnt = 1;
+        desc->iov_pos = 0;
+        desc->comp = nullptr;
+        ep->tx = desc;
+    }
+    std::size_t used = desc->iov[0].iov_len;
+    if (desc->small && used + total > kSmallStageBytes && used + total <= kMaxHeaderRoom + seg_size_) {
+        // Outgrew the small buffer: move what is staged to a whole segment's.
+        TxDesc* large = get_tx_desc();
+        if (large == nullptr) return Status::no_resource;
+        std::memcpy(large->data, desc->data, used);
+        large->iov[0] = {large->data, used};
+        large->iovcnt = 1;
+        large->iov_pos = 0;
+        large->comp = nullptr;
+        put_tx_desc(desc);
+        ep->tx = desc = large;
+    }
+    if (used + total > kMaxHeaderRoom + seg_size_) {
+        if (used == 0) {
+            ep->tx = nullptr;
+            put_tx_desc(desc);
+        }
+        return Status::no_resource;
+    }
+    std::uint8_t* out = desc->data + used;
+    for (std::size_t i = 0; i < iovcnt; ++i) {
+        if (iov[i].iov_len == 0) continue;  // an empty piece may have a null base
+        std::memcpy(out, iov[i].iov_base, iov[i].iov_len);
+        out += iov[i].iov_len;
+    }
+    desc->iov[0].iov_len = used + total;
+    return Status::ok;
+}
+
+Status TcpIface::not_ready(TcpEp* ep) const {
+    return ep->state == ConnState::failed ? ep->cold->error : Status::no_resource;
+}
+
+// --- the operations ------------------------------------------------------------------------------
 
 namespace {
 

@@ -47,7 +47,7 @@
 #pragma once
 
 #include "uct/api/uct.h"
-#include "uct/tcp/tcp_proto.h"
+#include "uct/tcp/tcp_wire.h"
 
 #include "ucs/datastruct/list.h"
 #include "ucs/datastruct/queue.h"

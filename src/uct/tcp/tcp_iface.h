@@ -1,6 +1,9 @@
 /**
  * The tcp iface: a listening socket on one network device, an epoll set over it and
- * every connection of the iface, and the progress function that drives them.
+ * every connection of the iface, and the progress function that drives them. Its code
+ * is in four files: tcp_iface.cc (set-up, polling, failures, pending requests, flush),
+ * tcp_cm.cc (connection set-up), tcp_ep.cc (the send side) and tcp_rx.cc (progress and
+ * the receive side).
  */
 #pragma once
 
@@ -13,8 +16,10 @@
 #include "ucs/memory/mem_pool.h"
 #include "ucs/time/clock.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <cerrno>
 #include <string>
 
 namespace loom::uct::tcp {
@@ -39,6 +44,40 @@ struct EpCold {
  */
 std::uint64_t net_stack_id();
 
+// --- small helpers of the transport's files ---------------------------------------------------
+
+/** "1.2.3.4:5678" for logs. */
+inline std::string addr_text(const sockaddr_in& addr) {
+    char ip[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+    return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+}
+
+/** "1.2.3.4" for logs. */
+inline std::string ip_text(in_addr addr) {
+    char ip[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &addr, ip, sizeof(ip));
+    return ip;
+}
+
+/** The status of a connection that failed with errno @p err. */
+inline Status errno_status(int err) {
+    switch (err) {
+    case ECONNREFUSED: return Status::connection_refused;
+    case ECONNRESET:
+    case EPIPE:
+    case ECONNABORTED: return Status::connection_reset;
+    case ETIMEDOUT: return Status::peer_timeout;
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case EHOSTDOWN: return Status::unreachable;
+    case ENOMEM:
+    case ENOBUFS: return Status::no_memory;
+    default: return Status::io_error;
+    }
+}
+
 class TcpIface final : public Iface {
 public:
     /** Opens the listening socket and the epoll set; the result's status says why not. */
@@ -56,10 +95,25 @@ public:
     Result<int> event_fd() override;
     Status event_arm() override;
 
-    // --- used by the data path (tcp_ep.cc, tcp_rx.cc) ----------------------------------
+    // --- progress and the receive side (tcp_rx.cc) -----------------------------------------------
 
     /** Handles ready sockets, failures, timeouts and pending requests; returns events handled. */
     unsigned progress();
+
+    /** Reads and handles what arrived on @p ep; true when something was read. */
+    bool rx_progress(TcpEp* ep);
+
+    /**
+     * Gives @p ep's connection a receive buffer if it has none; false (the connection
+     * failed with no_memory, logged) when none can be had.
+     */
+    bool rx_hold_buffer(TcpEp* ep);
+    /** Returns @p ep's receive buffer to the pool when nothing in it is left to parse. */
+    void rx_release_if_idle(TcpEp* ep);
+    /** rx_progress's reads, with a buffer held: true when something was received. */
+    bool rx_read(TcpEp* ep);
+
+    // --- the send side (tcp_ep.cc) ---------------------------------------------------------------
 
     /** Writes more of @p ep's partial frame; completes it when done. */
     void tx_progress(TcpEp* ep);
@@ -85,27 +139,16 @@ public:
      */
     LOOM_COLD Status stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total);
 
-    /** Flush with kFlushCancel: completes everything outstanding with canceled and closes the connection. */
-    void cancel(TcpEp* ep);
-
     /** The status a send returns when @p ep cannot send now (no_resource, or the failure). */
     LOOM_COLD Status not_ready(TcpEp* ep) const;
 
+    // --- failures, polling, congestion control, buffers, pending requests, flush (tcp_iface.cc) ---
+
+    /** Flush with kFlushCancel: completes everything outstanding with canceled and closes the connection. */
+    void cancel(TcpEp* ep);
+
     /** Marks @p ep failed with @p status; teardown and on_error happen at the end of progress. */
     LOOM_COLD void fail(TcpEp* ep, Status status);
-
-    /** Reads and handles what arrived on @p ep; true when something was read. */
-    bool rx_progress(TcpEp* ep);
-
-    /**
-     * Gives @p ep's connection a receive buffer if it has none; false (the connection
-     * failed with no_memory, logged) when none can be had.
-     */
-    bool rx_hold_buffer(TcpEp* ep);
-    /** Returns @p ep's receive buffer to the pool when nothing in it is left to parse. */
-    void rx_release_if_idle(TcpEp* ep);
-    /** rx_progress's reads, with a buffer held: true when something was received. */
-    bool rx_read(TcpEp* ep);
 
     /** Connections of this iface (user endpoints and accepted ones), for tests and diagnostics. */
     std::size_t num_connections() const { return conns_.length(); }
@@ -164,10 +207,23 @@ private:
     TcpIface(TcpMd* md, Worker* worker, const TlResource& resource, const NetDevice& device,
              const TcpConfig& config);
 
+    // set-up, polling, failures, pending requests (tcp_iface.cc)
     Status listen(std::uint16_t min_port, std::uint16_t max_port);
     Status choose_congestion();
     bool set_congestion(TcpEp* ep, const std::string& name);
     Status create_pools();
+    unsigned process_failures();
+    void teardown(TcpEp* ep, Status status);
+    void free_ep(TcpEp* ep);
+    /** Returns @p rx and the buffer it holds, if any, to their pools. */
+    void free_rx(RxState* rx);
+    unsigned dispatch_pending();
+    void update_hot();
+    static std::uint32_t wanted_events(const TcpEp* ep);
+    void unpoll(TcpEp* ep);
+    void repoll(TcpEp* ep);
+
+    // connection set-up (tcp_cm.cc)
     Status set_socket_options(int fd, const char* what);
     Status connect_socket(TcpEp* ep);
     void connect_failed(TcpEp* ep, int err);
@@ -181,24 +237,16 @@ private:
     void adopt(TcpEp* user, TcpEp* accepted);
     void release_deferred(std::uint64_t peer_cookie);
     bool send_conn_reply(TcpEp* ep, Status verdict, std::uint64_t source_cookie);
+    void check_timers(ucs::Ticks now);
+    void untime(TcpEp* ep);
+
+    // the send side (tcp_ep.cc)
     void write_replies(TcpEp* ep);
     LOOM_COLD bool queue_reply(TcpEp* ep, const FrameHeader& fh, const void* data, std::size_t length,
                                bool copy_data);
-    unsigned progress_slow();
-    void check_timers(ucs::Ticks now);
-    unsigned process_failures();
-    void teardown(TcpEp* ep, Status status);
-    void free_ep(TcpEp* ep);
-    /** Returns @p rx and the buffer it holds, if any, to their pools. */
-    void free_rx(RxState* rx);
-    unsigned dispatch_pending();
-    void untime(TcpEp* ep);
-    void update_hot();
-    static std::uint32_t wanted_events(const TcpEp* ep);
-    void unpoll(TcpEp* ep);
-    void repoll(TcpEp* ep);
 
-    // rx (tcp_rx.cc)
+    // progress and the receive side (tcp_rx.cc)
+    unsigned progress_slow();
     bool parse_frames(TcpEp* ep);
     bool rx_direct(TcpEp* ep);
     void finish_direct(TcpEp* ep);

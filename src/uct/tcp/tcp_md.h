@@ -1,17 +1,16 @@
 /**
- * tcp component and memory domain: device discovery, the LOOM_TCP_* configuration and
- * the key table that the target side checks every emulated remote access against.
+ * tcp component and memory domain: device discovery and the key table that the target
+ * side checks every emulated remote access against. The LOOM_TCP_* configuration is in
+ * tcp_config.h.
  */
 #pragma once
 
 #include "uct/api/uct.h"
-#include "uct/tcp/tcp_proto.h"
-
-#include "ucs/config/registry.h"
+#include "uct/tcp/tcp_config.h"
+#include "uct/tcp/tcp_wire.h"
 
 #include <netinet/in.h>
 
-#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -19,30 +18,6 @@
 #include <vector>
 
 namespace loom::uct::tcp {
-
-/** LOOM_TCP_* settings of one iface. */
-struct TcpConfig {
-    std::string port_range;          ///< "0" (any) or "min-max"
-    std::size_t sndbuf = 0;          ///< kSizeAuto: leave the kernel's auto-tuning on
-    std::size_t rcvbuf = 0;
-    bool nodelay = true;
-    std::string congestion;          ///< "auto", "system" or the name of a congestion control algorithm
-    std::size_t seg_size = 0;        ///< largest short/bcopy payload: frames up to it pass through the receive buffer
-    std::size_t max_am = 0;          ///< largest active message (am_zcopy beyond seg_size streams)
-    unsigned conn_retries = 0;
-    std::chrono::nanoseconds conn_retry_interval{};
-    std::chrono::nanoseconds conn_timeout{};
-    unsigned backlog = 0;
-    std::chrono::nanoseconds keepalive_idle{};      ///< kTimeInf: no keepalive probes
-    std::chrono::nanoseconds keepalive_interval{};
-    unsigned keepalive_count = 0;
-};
-
-/** The LOOM_TCP_ table (registered while libloom-uct is loaded). */
-const ucs::config::Table<TcpConfig>& config_table();
-
-/** Parses "0" or "min-max" into a port range; invalid_config when malformed. */
-Status parse_port_range(const std::string& text, std::uint16_t& min, std::uint16_t& max);
 
 /** An up interface with an IPv4 address. */
 struct NetDevice {

@@ -1,6 +1,15 @@
 /**
- * tcp receive side: reading a connection, parsing frames, executing requests (the
- * target's half of put/get/atomics) and matching replies (the initiator's half).
+ * tcp progress and receive side: the iface's progress, reading a connection, parsing
+ * frames, executing requests (the target's half of put/get/atomics) and matching
+ * replies (the initiator's half).
+ *
+ * Progress does one epoll_wait(0) over the listening socket and every connection (or,
+ * with a single idle connection, one recv() on it: see TcpIface::update_hot) and handles
+ * what is ready: new connections are accepted and connecting sockets finish their
+ * handshake (tcp_cm.cc), writable sockets continue their partial frame (tcp_ep.cc),
+ * readable ones are read and their frames executed (here). Work that is rare (failures,
+ * connection timers, pending requests, freeing endpoints destroyed from callbacks) runs
+ * only when flagged, so an idle progress costs the one system call.
  *
  * A connection reads into its receive buffer and handles every whole frame in place:
  * active messages call the handler on the buffer, requests are executed and answered.
@@ -24,6 +33,7 @@
 #include "uct/tcp/tcp_iface.h"
 #include "uct/tcp/tcp_log.h"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -34,6 +44,8 @@ namespace loom::uct::tcp {
 
 namespace {
 
+constexpr unsigned kMaxEventsPerProgress = 16;
+constexpr unsigned kHotPollPeriod = 16;
 constexpr unsigned kMaxReadsPerEvent = 4;
 /** Headers of the largest streamed frame (a put): what is read first after a streamed frame. */
 constexpr std::size_t kLargeHeaders = sizeof(FrameHeader) + sizeof(RmaHeader);
@@ -72,6 +84,81 @@ T apply_atomic(AtomicOp op, T* addr, T value, T compare) {
 
 }  // namespace
 
+// --- progress ----------------------------------------------------------------------------------
+
+unsigned TcpIface::progress() {
+    // (Not while a large payload streams in: there, spinning on recv() holds the socket lock
+    // against the sender's delivery; epoll_wait() checks readiness without it.)
+    if (hot_ != nullptr && hot_->rx->mode == kRxFrames && (++poll_tick_ % kHotPollPeriod) != 0) {
+        ++defer_free_;
+        unsigned count = rx_progress(hot_) ? 1 : 0;
+        --defer_free_;
+        if (LOOM_UNLIKELY((nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty())) {
+            count += progress_slow();
+        }
+        return count;
+    }
+    // A payload started streaming into the hot connection: it goes back into the set.
+    if (LOOM_UNLIKELY(hot_ != nullptr && hot_->rx->mode != kRxFrames)) update_hot();
+    // epoll_wait() on the EventSet's fd directly: the one system call of an idle progress,
+    // without EventSet::wait()'s conversion of every event (measurable at this rate).
+    epoll_event events[kMaxEventsPerProgress];
+    int ready = ::epoll_wait(epoll_.fd(), events, kMaxEventsPerProgress, 0);
+    unsigned count = 0;
+    if (hot_ != nullptr && (hot_->flags & kEpUnpolled)) {
+        // Not in the set: read it here too, so this call misses nothing that arrived.
+        ++defer_free_;
+        count += rx_progress(hot_) ? 1 : 0;
+        --defer_free_;
+    }
+    if (ready > 0) {
+        count += static_cast<unsigned>(ready);
+        ++defer_free_;
+        for (int i = 0; i < ready; ++i) {
+            auto* ep = reinterpret_cast<TcpEp*>(events[i].data.u64);
+            std::uint32_t ev = events[i].events;
+            if (ep == nullptr) {
+                accept_connections();
+                continue;
+            }
+            // (An endpoint destroyed by an earlier callback of this call is failed: skipped below.)
+            if (LOOM_LIKELY(ep->state == ConnState::connected)) {
+                if ((ev & EPOLLOUT) && ep->tx != nullptr) tx_progress(ep);
+                if ((ev & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP)) && ep->state == ConnState::connected) {
+                    rx_progress(ep);
+                }
+            } else if (ep->state == ConnState::handshake) {
+                on_handshake(ep);
+            } else if (ep->state == ConnState::connecting) {
+                on_connect_ready(ep);
+            }
+        }
+        --defer_free_;
+    } else if (LOOM_UNLIKELY(ready < 0 && errno != EINTR) && !epoll_failed_) {
+        epoll_failed_ = true;  // logged once: progress would repeat it at every call
+        LOOM_LOG_ERROR("tcp/{}: epoll_wait failed: {}", device_.name, std::strerror(errno));
+    }
+    if (LOOM_UNLIKELY((nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty())) {
+        count += progress_slow();
+    }
+    return count;
+}
+
+unsigned TcpIface::progress_slow() {
+    unsigned count = 0;
+    ++defer_free_;
+    if (ntimed_ != 0) check_timers(ucs::get_time());
+    if (nfailing_ != 0) count += process_failures();
+    if (!pending_eps_.empty()) count += dispatch_pending();
+    --defer_free_;
+    if (defer_free_ == 0) {
+        while (TcpEp* ep = zombies_.pop_front()) free_ep(ep);
+    }
+    return count;
+}
+
+// --- reading a connection ----------------------------------------------------------------------
+
 bool TcpIface::rx_progress(TcpEp* ep) {
     if (LOOM_UNLIKELY(ep->rx->data == nullptr) && !rx_hold_buffer(ep)) return true;
     bool more = rx_read(ep);
@@ -85,6 +172,17 @@ void TcpIface::rx_release_if_idle(TcpEp* ep) {
         rx_buf_pool_.put(rx->data);  // nothing half-read is left: the next connection that reads takes it
         rx->data = nullptr;
     }
+}
+
+bool TcpIface::rx_hold_buffer(TcpEp* ep) {
+    RxState* rx = ep->rx;
+    if (LOOM_LIKELY(rx->data != nullptr)) return true;
+    rx->data = static_cast<std::uint8_t*>(rx_buf_pool_.get());
+    if (LOOM_LIKELY(rx->data != nullptr)) return true;
+    LOOM_LOG_ERROR("tcp/{}: no memory for a receive buffer: closing the connection to {}", device_.name,
+                   peer_name(ep));
+    fail(ep, Status::no_memory);
+    return false;
 }
 
 bool TcpIface::rx_read(TcpEp* ep) {

@@ -3,7 +3,7 @@
 
 #include "uct_test.h"
 
-#include "uct/tcp/tcp_proto.h"
+#include "uct/tcp/tcp_wire.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,6 +1,7 @@
 /**
- * rc progress: completions of sends and receives, credit grants, the pending arbiter,
- * endpoint failure, and flush.
+ * rc progress and receive path: completions of sends and receives (the messages handed
+ * to the handlers), credit grants, the pending arbiter, endpoint failure, and flush,
+ * which completes through the same completions.
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/rc_iface.h"

@@ -1,0 +1,159 @@
+/**
+ * shm receive path: progress consumes the iface's FIFO in place (one acquire load per
+ * message, the handler runs on the cells), and, when flagged or when the clock check is
+ * due, runs the slow path: peer checks, emulated puts and get replies still to push
+ * (shm_rma.cc), pending requests, failed endpoints to report, iface flushes.
+ */
+#include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
+
+#include "uct/shm/shm_iface.h"
+
+namespace loom::uct::shm {
+
+namespace {
+
+/** Messages handled per progress call at most, so one busy FIFO cannot starve the worker. */
+constexpr unsigned kRxBatch = 16;
+/** Pending requests run per progress call at most (in rounds over the endpoints). */
+constexpr unsigned kPendingBatch = 64;
+
+}  // namespace
+
+// --- Progress -------------------------------------------------------------------------------
+
+unsigned ShmIface::progress(Iface* base) {
+    auto* iface = static_cast<ShmIface*>(base);
+    Rx& rx = iface->rx_;
+    unsigned count = 0;
+    for (;;) {
+        Cell* cell = rx.cells + (rx.tail & rx.mask);
+        if (cell->hdr.seq.load(std::memory_order_acquire) != seq_of(rx.tail, rx.salt)) break;
+        const std::uint32_t cells = cell->hdr.cells;
+        const std::uint32_t length = cell->hdr.length;
+        const bool valid = cells != 0 && (rx.tail & rx.mask) + cells <= rx.mask + 1 &&
+                           length <= cells * kCellSize - sizeof(MsgHeader);
+        if (LOOM_LIKELY(cell->hdr.type == MsgType::am && valid)) {
+            // In place: the cells stay ours until tail moves past them. No descriptor to keep.
+            (void)iface->invoke_am(cell->hdr.am_id, cell->payload(), length, 0);
+            rx.tail += cells;
+        } else if (valid) {
+            iface->handle_other(cell, cells);
+            rx.tail += cells;
+        } else {
+            iface->bad_message(cell);
+            rx.tail += 1;
+        }
+        if (++count == kRxBatch) break;
+    }
+    // Once per batch, not per message: producers poll this line when the ring looks full,
+    // and every store would take it back from them (a cross-core miss per message).
+    if (count != 0) rx.ctl->tail.store(rx.tail, std::memory_order_release);
+    if (LOOM_UNLIKELY(rx.slow_work != 0) || LOOM_UNLIKELY(--rx.countdown == 0))
+        count += iface->slow_progress();
+    return count;
+}
+
+void ShmIface::handle_other(Cell* cell, std::uint32_t) {
+    const std::uint8_t* data = cell->payload();
+    const std::size_t length = cell->hdr.length;
+    switch (cell->hdr.type) {
+        case MsgType::pad:
+            break;
+        case MsgType::put:
+            handle_put(data, length);
+            break;
+        case MsgType::get_req:
+            handle_get_request(data, length);
+            break;
+        case MsgType::get_rep:
+            handle_get_reply(data, length);
+            break;
+        default:
+            bad_message(cell);
+            break;
+    }
+}
+
+void ShmIface::bad_message(Cell* cell) {
+    // Only a peer that writes garbage into our FIFO gets here: say so once, skip what we can.
+    if (!bad_message_logged_) {
+        bad_message_logged_ = true;
+        LOOM_LOG_ERROR(
+            "dropped a malformed message at FIFO position {} (type {}, {} cells, {} bytes); further "
+            "ones are dropped silently",
+            rx_.tail, static_cast<unsigned>(cell->hdr.type), cell->hdr.cells, cell->hdr.length);
+    }
+}
+
+unsigned ShmIface::slow_progress() {
+    unsigned count = 0;
+    if (rx_.countdown == 0 || --rx_.countdown == 0) {
+        rx_.countdown = kClockCheckPeriod;
+        if (!peers_.empty()) {
+            const ucs::Ticks now = ucs::get_time();
+            if (now >= next_peer_check_) {
+                next_peer_check_ = now + peer_check_ticks_;
+                check_peers();
+            }
+        }
+    }
+    if (rx_.slow_work & kWorkReplies) count += push_replies();
+    if (rx_.slow_work & kWorkSending) count += push_sending();
+    if (rx_.slow_work & kWorkPending) count += dispatch_pending();
+    if (rx_.slow_work & kWorkErrors) report_errors();
+    if (rx_.slow_work & kWorkFlush) complete_iface_flush();
+    return count;
+}
+
+unsigned ShmIface::dispatch_pending() {
+    // Rounds until nothing could run or the batch is done: one progress call drains a burst of
+    // queued sends (a message rate limited by progress calls otherwise), and the rounds keep
+    // the round-robin order across endpoints.
+    // An endpoint starts only with room for the largest message (pending_room_), then goes on
+    // while its requests fit (each reserves its own cells): a burst, not one send per cell the
+    // receiver frees.
+    unsigned count = 0, ran;
+    bool first = true;
+    do {
+        ran = dispatch_pending_round(first);
+        first = false;
+        count += ran;
+    } while (ran != 0 && count < kPendingBatch && !pending_eps_.empty());
+    return count;
+}
+
+unsigned ShmIface::dispatch_pending_round(bool check_room) {
+    // One request per endpoint per round. An endpoint whose request ran moves to the back; one
+    // that could not run keeps its place, so the next round starts with it: round-robin.
+    ucs::List<ShmEp, &ShmEp::pending_link> kept, ran;
+    unsigned count = 0;
+    while (ShmEp* ep = pending_eps_.pop_front()) {
+        if (ep->status != Status::ok || ep->pending.empty()) continue;
+        if ((check_room || (ep->flags & kEpBlocked)) && fifo_free_cells(ep->fifo) < pending_room_) {
+            if (!(ep->flags & kEpBlocked) && send_blocked(ep) != Status::no_resource) continue;  // it failed
+            kept.push_back(*ep);
+            continue;
+        }
+        PendingReq* req = ep->pending.pop_front();
+        const Status status = req->func(req);
+        if (status == Status::no_resource)
+            ep->pending.push_front(*req);
+        else
+            ++count;
+        // A request that queued another on its endpoint put the endpoint back into the
+        // list it was taken from: this round decides where it goes.
+        if (ep->pending_link.linked()) decltype(pending_eps_)::remove(*ep);
+        // The request may have failed the endpoint (then it left every list).
+        if (ep->status != Status::ok || ep->pending.empty()) continue;
+        if (status == Status::no_resource)
+            kept.push_back(*ep);
+        else
+            ran.push_back(*ep);
+    }
+    pending_eps_.splice_back(kept);
+    pending_eps_.splice_back(ran);
+    if (pending_eps_.empty()) rx_.slow_work &= ~kWorkPending;
+    return count;
+}
+
+}  // namespace loom::uct::shm
