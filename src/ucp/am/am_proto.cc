@@ -445,40 +445,8 @@ Status am_rts_progress(Request* req) {
 
 // --- the active-message protocols of the endpoint's table (src/ucp/proto) -----------------
 
-const char* am_eager_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
-    caps.lane = init.ep.am_lane;
-    caps.cost = eager_cost_line(rndv_model_input(init));
-    return nullptr;
-}
-
-const char* am_short_init(const ProtoInit& init, ProtoCaps& caps) {
-    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
-    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
-    if (const char* why = am_eager_init(init, caps)) return why;
-    caps.max_size = std::min(caps.max_size, attr.am.max_short);
-    return nullptr;
-}
-
 const char* am_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    const std::size_t max_bcopy = init.lane_iface(init.ep.am_lane).attr.am.max_bcopy;
-    if (max_bcopy < sizeof(AmHdr)) return "the AM lane's bcopy cannot hold the header";
-    if (const char* why = am_eager_init(init, caps)) return why;
-    caps.max_size = std::min(caps.max_size, max_bcopy - sizeof(AmHdr));
-    return nullptr;
-}
-
-std::string am_multi_describe(const ProtoInit& init, const ProtoCaps&) {
-    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
-}
-
-const char* am_rndv_init(const ProtoInit& init, ProtoCaps& caps) {
-    rndv_caps(init, caps);
-    return nullptr;
-}
-
-std::string am_rndv_describe(const ProtoInit& init, const ProtoCaps&) {
-    return ", " + rndv_describe(init.worker, init.ep);
+    return eager_bcopy_caps(init, caps, sizeof(AmHdr));
 }
 
 /** The class of a send with LOOM_AM_SEND_FLAG_* @p flags. */
@@ -509,17 +477,17 @@ AmHdr make_hdr(unsigned id, std::uint32_t flags, std::size_t header_length) {
 
 const Proto kAmEagerShort{"am eager short",
                           "the AM header as the transport's header, header or data inline (am_short; a reply or both: one bcopy)",
-                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), false, true, 0, am_short_init,
+                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), false, true, 0, eager_short_caps,
                           am_short_progress, nullptr};
 const Proto kAmEagerBcopy{"am eager bcopy", "one message: the AM header, the user header, the data (sized by all three)",
                           proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), true, false, 1, am_bcopy_init,
                           am_single_progress, nullptr};
 const Proto kAmEagerMulti{"am eager multi", "a first fragment with both headers, then the tag protocol's middle fragments",
-                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), true, false, 2, am_eager_init,
-                          am_multi_progress, am_multi_describe};
+                          proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_eager), true, false, 2, eager_caps,
+                          am_multi_progress, eager_fragments_describe};
 const Proto kAmRndv{"am rendezvous", "an RTS with both headers; the handler's receive moves the data as tag rendezvous does",
-                    proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_rndv), true, false, 3, am_rndv_init,
-                    am_rts_progress, am_rndv_describe};
+                    proto_op_bit(ProtoOp::am) | proto_op_bit(ProtoOp::am_rndv), true, false, 3, rndv_proto_init,
+                    am_rts_progress, rndv_scheme_describe};
 LOOM_PROTO_REGISTER(kAmEagerShort);
 LOOM_PROTO_REGISTER(kAmEagerBcopy);
 LOOM_PROTO_REGISTER(kAmEagerMulti);

@@ -415,31 +415,30 @@ const char* put_short_init(const ProtoInit& init, ProtoCaps& caps) {
     return nullptr;
 }
 
-const char* put_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (const char* why = rma_init(init, caps, uct::kCapPutBcopy)) return why;
-    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
-    if (init.contig && (attr.cap_flags & uct::kCapPutZcopy)) caps.max_size = attr.put.max_bcopy;
+/** The put or get limits and capability bits of the RMA lane, by init.op. */
+struct RmaKind {
+    const uct::OpLimits& limits;
+    std::uint64_t bcopy, zcopy;
+};
+RmaKind rma_kind(const ProtoInit& init, std::uint8_t lane) {
+    const uct::IfaceAttr& attr = init.lane_iface(lane).attr;
+    if (init.op == ProtoOp::put) return {attr.put, uct::kCapPutBcopy, uct::kCapPutZcopy};
+    return {attr.get, uct::kCapGetBcopy, uct::kCapGetZcopy};
+}
+
+/** Put or get bcopy: up to max_bcopy where zero-copy takes the rest, else in pieces of any size. */
+const char* bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    const RmaKind kind = rma_kind(init, rma_lane(&init.ep));
+    if (const char* why = rma_init(init, caps, kind.bcopy)) return why;
+    if (init.contig && (init.lane_iface(caps.lane).attr.cap_flags & kind.zcopy)) caps.max_size = kind.limits.max_bcopy;
     return nullptr;
 }
 
-const char* put_zcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (const char* why = rma_init(init, caps, uct::kCapPutZcopy)) return why;
-    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
-    if (attr.cap_flags & uct::kCapPutBcopy) caps.min_size = attr.put.max_bcopy + 1;
-    return nullptr;
-}
-
-const char* get_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (const char* why = rma_init(init, caps, uct::kCapGetBcopy)) return why;
-    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
-    if (attr.cap_flags & uct::kCapGetZcopy) caps.max_size = attr.get.max_bcopy;
-    return nullptr;
-}
-
-const char* get_zcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (const char* why = rma_init(init, caps, uct::kCapGetZcopy)) return why;
-    const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
-    if (attr.cap_flags & uct::kCapGetBcopy) caps.min_size = attr.get.max_bcopy + 1;
+/** Put or get zcopy: above max_bcopy where bcopy takes the rest, else every size. */
+const char* zcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    const RmaKind kind = rma_kind(init, rma_lane(&init.ep));
+    if (const char* why = rma_init(init, caps, kind.zcopy)) return why;
+    if (init.lane_iface(caps.lane).attr.cap_flags & kind.bcopy) caps.min_size = kind.limits.max_bcopy + 1;
     return nullptr;
 }
 
@@ -468,15 +467,15 @@ std::string get_bcopy_describe(const ProtoInit& init, const ProtoCaps& caps) {
 const Proto kPutShort{"put short", "the bytes inline in one transport operation", proto_op_bit(ProtoOp::put), false,
                       true, 0, put_short_init, put_short_progress, nullptr};
 const Proto kPutBcopy{"put bcopy", "the bytes copied into the transport's buffers, in fragments",
-                      proto_op_bit(ProtoOp::put), true, false, 1, put_bcopy_init, put_bcopy_progress,
+                      proto_op_bit(ProtoOp::put), true, false, 1, bcopy_init, put_bcopy_progress,
                       put_bcopy_describe};
 const Proto kPutZcopy{"put zcopy", "from the registered buffer (registered for the operation when not mapped)",
-                      proto_op_bit(ProtoOp::put), false, false, 2, put_zcopy_init, put_zcopy_progress, nullptr};
+                      proto_op_bit(ProtoOp::put), false, false, 2, zcopy_init, put_zcopy_progress, nullptr};
 const Proto kGetBcopy{"get bcopy", "the bytes copied out of the transport's buffers, in pieces",
-                      proto_op_bit(ProtoOp::get), false, false, 1, get_bcopy_init, get_bcopy_progress,
+                      proto_op_bit(ProtoOp::get), false, false, 1, bcopy_init, get_bcopy_progress,
                       get_bcopy_describe};
 const Proto kGetZcopy{"get zcopy", "into the registered buffer (registered for the operation when not mapped)",
-                      proto_op_bit(ProtoOp::get), false, false, 2, get_zcopy_init, get_zcopy_progress, nullptr};
+                      proto_op_bit(ProtoOp::get), false, false, 2, zcopy_init, get_zcopy_progress, nullptr};
 const Proto kAtomic{"atomic", "the transport's atomic (posted, or fetching into a completion record)",
                     proto_op_bit(ProtoOp::atomic), false, false, 0, atomic_init, atomic_progress, nullptr};
 LOOM_PROTO_REGISTER(kPutShort);

@@ -248,33 +248,20 @@ Status stream_short_progress(Request* req) {
 
 // --- the stream protocols of the endpoint's table (src/ucp/proto) ---------------------------
 
-const char* stream_short_init(const ProtoInit& init, ProtoCaps& caps) {
-    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
-    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
-    caps.max_size = attr.am.max_short;
-    caps.lane = init.ep.am_lane;
-    caps.cost = eager_cost_line(rndv_model_input(init));
-    return nullptr;
-}
-
 const char* stream_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
+    // Fragments of any size (eager_caps leaves streams every size); the short's cost, so
+    // the preference decides.
     if (init.lane_iface(init.ep.am_lane).attr.am.max_bcopy <= kHdrLen) return "the AM lane's bcopy cannot hold data";
-    caps.lane = init.ep.am_lane;
-    caps.cost = eager_cost_line(rndv_model_input(init));  // as short's: the preference decides
-    return nullptr;
-}
-
-std::string stream_bcopy_describe(const ProtoInit& init, const ProtoCaps&) {
-    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
+    return eager_caps(init, caps);
 }
 
 }  // namespace
 
 const Proto kStreamShort{"stream short", "the sender's id as the transport's header, the bytes inline (am_short)",
-                         proto_op_bit(ProtoOp::stream), false, true, 0, stream_short_init, stream_short_progress,
+                         proto_op_bit(ProtoOp::stream), false, true, 0, eager_short_caps, stream_short_progress,
                          nullptr};
 const Proto kStreamBcopy{"stream bcopy", "fragments: the sender's id, then the bytes", proto_op_bit(ProtoOp::stream),
-                         true, false, 1, stream_bcopy_init, stream_progress, stream_bcopy_describe};
+                         true, false, 1, stream_bcopy_init, stream_progress, eager_fragments_describe};
 LOOM_PROTO_REGISTER(kStreamShort);
 LOOM_PROTO_REGISTER(kStreamBcopy);
 

@@ -2,6 +2,8 @@
 
 #include "ucp/core/worker.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -114,6 +116,38 @@ void rndv_caps(const ProtoInit& init, ProtoCaps& caps) {
     const RndvModelInput model = rndv_model_input(init);
     caps.min_size = model.max_short + 1;  // see rndv_thresh_auto
     caps.fallback = !rndv_cost_line(model, caps.cost);
+}
+
+const char* eager_caps(const ProtoInit& init, ProtoCaps& caps) {
+    if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
+    caps.lane = init.ep.am_lane;
+    caps.cost = eager_cost_line(rndv_model_input(init));
+    return nullptr;
+}
+
+const char* eager_short_caps(const ProtoInit& init, ProtoCaps& caps) {
+    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
+    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
+    if (const char* why = eager_caps(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, attr.am.max_short);
+    return nullptr;
+}
+
+const char* eager_bcopy_caps(const ProtoInit& init, ProtoCaps& caps, std::size_t header) {
+    const std::size_t max_bcopy = init.lane_iface(init.ep.am_lane).attr.am.max_bcopy;
+    if (max_bcopy <= header) return "the AM lane's bcopy cannot hold the header";
+    if (const char* why = eager_caps(init, caps)) return why;
+    caps.max_size = std::min(caps.max_size, max_bcopy - header);
+    return nullptr;
+}
+
+std::string eager_fragments_describe(const ProtoInit& init, const ProtoCaps&) {
+    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
+}
+
+const char* rndv_proto_init(const ProtoInit& init, ProtoCaps& caps) {
+    rndv_caps(init, caps);
+    return nullptr;
 }
 
 }  // namespace loom::ucp

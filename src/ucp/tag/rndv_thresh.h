@@ -10,6 +10,7 @@
 #include "uct/api/uct_types.h"
 
 #include <cstddef>
+#include <string>
 
 namespace loom::ucp {
 
@@ -71,6 +72,25 @@ bool eager_max_size(const ProtoInit& init, std::size_t& max);
  * (a fallback where it cannot be priced); every size for LOOM_AM_SEND_FLAG_RNDV.
  */
 void rndv_caps(const ProtoInit& init, ProtoCaps& caps);
+
+/**
+ * What the eager protocols of every family (tag, AM, stream) share on the AM lane: the
+ * lane, the eager cost line, and the sizes rendezvous leaves them (eager_max_size). Fills
+ * @p caps and returns nullptr, or says why eager cannot run.
+ */
+const char* eager_caps(const ProtoInit& init, ProtoCaps& caps);
+
+/** eager_caps, up to the AM lane's am_short; the AM lane must have one. */
+const char* eager_short_caps(const ProtoInit& init, ProtoCaps& caps);
+
+/** eager_caps, up to what one bcopy of the AM lane carries after @p header bytes. */
+const char* eager_bcopy_caps(const ProtoInit& init, ProtoCaps& caps, std::size_t header);
+
+/** " (N B fragments)": the AM lane's bcopy size, for the printout of a fragmenting protocol. */
+std::string eager_fragments_describe(const ProtoInit& init, const ProtoCaps& caps);
+
+/** Proto::init of every rendezvous protocol (rndv_caps; rendezvous always can run). */
+const char* rndv_proto_init(const ProtoInit& init, ProtoCaps& caps);
 
 /** The rendezvous lane init.ep uses (its GET/PUT lane, else the AM lane for the AM pipeline). */
 std::uint8_t rndv_lane_of(const ProtoInit& init);

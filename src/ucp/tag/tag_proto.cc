@@ -1112,44 +1112,17 @@ Status rndv_rts_progress(Request* req) {
 /** The eager header of class @p op: the tag, or the sync header. */
 std::size_t eager_header(ProtoOp op) { return op == ProtoOp::tag_sync ? sizeof(EagerSyncHdr) : sizeof(Tag); }
 
-/** The part common to the eager protocols: their lane, their cost, the sizes rendezvous leaves them. */
-const char* eager_init(const ProtoInit& init, ProtoCaps& caps) {
-    if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
-    caps.lane = init.ep.am_lane;
-    caps.cost = eager_cost_line(rndv_model_input(init));
-    return nullptr;
-}
-
-const char* eager_short_init(const ProtoInit& init, ProtoCaps& caps) {
-    const uct::IfaceAttr& attr = init.lane_iface(init.ep.am_lane).attr;
-    if (!(attr.cap_flags & uct::kCapAmShort) || attr.am.max_short == 0) return "the AM lane has no am_short";
-    if (const char* why = eager_init(init, caps)) return why;
-    caps.max_size = std::min(caps.max_size, attr.am.max_short);
-    return nullptr;
-}
+const char* eager_short_init(const ProtoInit& init, ProtoCaps& caps) { return eager_short_caps(init, caps); }
 
 const char* eager_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
-    const std::size_t max_bcopy = init.lane_iface(init.ep.am_lane).attr.am.max_bcopy;
-    if (max_bcopy < eager_header(init.op)) return "the AM lane's bcopy cannot hold the header";
-    if (const char* why = eager_init(init, caps)) return why;
-    caps.max_size = std::min(caps.max_size, max_bcopy - eager_header(init.op));
-    return nullptr;
+    return eager_bcopy_caps(init, caps, eager_header(init.op));
 }
 
-std::string eager_multi_describe(const ProtoInit& init, const ProtoCaps&) {
-    return fmt::format(" ({} B fragments)", init.lane_iface(init.ep.am_lane).attr.am.max_bcopy);
-}
-
-const char* rndv_init(const ProtoInit& init, ProtoCaps& caps) {
-    rndv_caps(init, caps);
-    return nullptr;
-}
+}  // namespace
 
 std::string rndv_scheme_describe(const ProtoInit& init, const ProtoCaps&) {
     return ", " + rndv_describe(init.worker, init.ep);
 }
-
-}  // namespace
 
 const Proto kTagEagerShort{"tag eager short",
                            "the tag as the transport's header, the payload inline (am_short)",
@@ -1160,9 +1133,9 @@ const Proto kTagEagerBcopy{"tag eager bcopy", "one message: the tag (sync: and t
                            eager_bcopy_init, eager_bcopy_progress, nullptr};
 const Proto kTagEagerMulti{"tag eager multi", "a first fragment with the tag and length, then middle fragments",
                            proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 2,
-                           eager_init, eager_multi_progress, eager_multi_describe};
+                           eager_caps, eager_multi_progress, eager_fragments_describe};
 const Proto kTagRndv{"tag rendezvous", "an RTS; the data moves once the receiver matched it (GET, PUT or AM pipeline)",
-                     proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 3, rndv_init,
+                     proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 3, rndv_proto_init,
                      rndv_rts_progress, rndv_scheme_describe};
 LOOM_PROTO_REGISTER(kTagEagerShort);
 LOOM_PROTO_REGISTER(kTagEagerBcopy);

@@ -110,4 +110,7 @@ std::size_t rndv_split_min(const WorkerIface& wi);
 /** What rendezvous does on @p ep (the scheme, by size where auto splits), for the protocol table's printout. */
 std::string rndv_describe(const Worker& w, const Ep& ep);
 
+/** Proto::describe of the rendezvous protocols (tag, AM): ", " and rndv_describe. */
+std::string rndv_scheme_describe(const ProtoInit& init, const ProtoCaps& caps);
+
 }  // namespace loom::ucp
