@@ -20,8 +20,6 @@
 
 namespace loom::ucp {
 
-Status send_request_start(Request* req);
-
 /**
  * Data the protocol layer holds for a handler: a copy of eager data (handler asked for
  * persistent data) or a message reassembled from fragments. The application's header

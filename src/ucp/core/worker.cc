@@ -623,8 +623,6 @@ Status ctrl_progress(Request* req) {
 
 }  // namespace
 
-Status send_request_start(Request* req);
-
 Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length) {
     if (ep->flags & kEpFailed) return ep->failure;
     if (ep->num_pending == 0) {
@@ -643,37 +641,43 @@ Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t len
 
 namespace {
 
+/** A queued request's turn: its protocol step again, counted off its lane's queue when it ran. */
+template <bool kAmLane>
 Status pending_cb(uct::PendingReq* pending) {
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
-    Ep* ep = req->send.ep;
+    Ep* ep = req->send.ep;  // the request may be gone once its step ran
     Status s = req->send.progress(req);
     if (s == Status::no_resource) return s;
-    --ep->num_pending;
+    --(kAmLane ? ep->num_pending : ep->rma_pending);
     return Status::ok;
 }
 
 }  // namespace
 
-/**
- * Runs @p req's protocol now, or queues it behind the endpoint's earlier requests.
- * Returns ok when the protocol step ran (it completes the request itself, possibly
- * later) or the request was queued; an error when it could not be queued.
- */
-Status send_request_start(Request* req) {
+bool is_lane_queued(const uct::PendingReq* pending) { return pending->func == pending_cb<false>; }
+
+Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
     Ep* ep = req->send.ep;
-    if (ep->num_pending == 0) {
+    const bool am_lane = lane == ep->am_lane;
+    std::uint32_t& queued = am_lane ? ep->num_pending : ep->rma_pending;
+    if (queued == 0) {
         Status s = req->send.progress(req);
         if (s != Status::no_resource) return s;
     }
-    req->send.pending.func = pending_cb;
+    req->send.pending.func = am_lane ? pending_cb<true> : pending_cb<false>;
+    uct::Ep* uep = ep->lanes[lane].ep;
     for (;;) {
-        Status s = uct::ep_pending_add(ep->am_ep, &req->send.pending, 0);
+        Status s = uct::ep_pending_add(uep, &req->send.pending, 0);
         if (s == Status::ok) {
-            ++ep->num_pending;
+            ++queued;
             return Status::ok;
         }
         if (s != Status::busy) {
-            req->worker->complete(req, s);
+            if (fail != nullptr) {
+                fail(req, s);
+            } else {
+                req->worker->complete(req, s);
+            }
             return s;
         }
         s = req->send.progress(req);

@@ -332,6 +332,25 @@ private:
     Worker* worker_;
 };
 
+/** How a request that cannot be queued fails (RMA also drops its completion records); nullptr: Worker::complete. */
+using SendFail = void (*)(Request* req, Status status);
+
+/**
+ * The one send queue of an endpoint's lanes: runs @p req's protocol step (send.progress)
+ * now, or queues it on lane @p lane behind that lane's earlier requests (counted in
+ * Ep::num_pending on the AM lane, Ep::rma_pending on another), so nothing overtakes a
+ * queued request. ok when the step ran (the protocol completes the request itself,
+ * possibly later) or the request was queued; an error, the request failed through
+ * @p fail, when it could not be queued.
+ */
+Status send_request_start(Request* req, std::uint8_t lane, SendFail fail = nullptr);
+
+/** send_request_start on the endpoint's AM lane. */
+inline Status send_request_start(Request* req) { return send_request_start(req, req->send.ep->am_lane); }
+
+/** Whether @p pending is a request send_request_start queued on a lane that is not the AM lane. */
+bool is_lane_queued(const uct::PendingReq* pending);
+
 /** A control request of @p ep holding a copy of @p data (message @p id); nullptr without memory. */
 Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* data, std::size_t length);
 

@@ -18,9 +18,9 @@
  * has issued everything the reference is dropped and the last transfer to finish
  * completes it.
  *
- * A request that finds the lane busy waits in the lane's pending queue: the worker's queue
- * (send_request_start, counted in Ep::num_pending) on the AM lane, else the RMA lane's own
- * (Ep::rma_pending); later operations queue behind it, so they stay in order.
+ * A request that finds the lane busy waits in the lane's pending queue (send_request_start:
+ * counted in Ep::num_pending on the AM lane, else in Ep::rma_pending); later operations
+ * queue behind it, so they stay in order.
  */
 #include "ucp/rma/rma.h"
 
@@ -33,8 +33,6 @@
 #include <vector>
 
 namespace loom::ucp {
-
-Status send_request_start(Request* req);  // worker.cc
 
 // The worker handles RMA requests through their `send` view (see request.h).
 static_assert(offsetof(Request, rma.ep) == offsetof(Request, send.ep));
@@ -489,34 +487,8 @@ namespace {
 
 // --- pending queue of an RMA lane that is not the AM lane ----------------------------------------
 
-Status lane_pending_cb(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, rma.pending));
-    Ep* ep = req->rma.ep;  // the request may be gone once its step ran
-    Status s = req->rma.progress(req);
-    if (s == Status::no_resource) return s;
-    --ep->rma_pending;
-    return Status::ok;
-}
-
-/** send_request_start for the RMA lane's own queue. */
-void lane_request_start(Request* req) {
-    Ep* ep = req->rma.ep;
-    if (ep->rma_pending == 0 && req->rma.progress(req) != Status::no_resource) return;
-    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
-    req->rma.pending.func = lane_pending_cb;
-    for (;;) {
-        Status s = uct::ep_pending_add(uep, &req->rma.pending, 0);
-        if (s == Status::ok) {
-            ++ep->rma_pending;
-            return;
-        }
-        if (s != Status::busy) {
-            finish(req, s, nullptr);
-            return;
-        }
-        if (req->rma.progress(req) != Status::no_resource) return;
-    }
-}
+/** send_request_start's failure of an RMA request: its records are dropped too. */
+void fail_request(Request* req, Status status) { finish(req, status, nullptr); }
 
 /** Common start of every request: in the endpoint's outstanding list, then run or queued. */
 void start(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, ProtoProgress progress,
@@ -535,11 +507,7 @@ void start(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey,
     ep->rma_flags &= static_cast<std::uint8_t>(~kRmaFence);
     req->rma.error = Status::ok;
     ep->outstanding.push_back(*req);
-    if (req->rma.lane == ep->am_lane) {
-        (void)send_request_start(req);  // completes the request itself on errors
-    } else {
-        lane_request_start(req);
-    }
+    (void)send_request_start(req, req->rma.lane, fail_request);  // fails the request itself on errors
 }
 
 // --- logging of refused operations ------------------------------------------------------------
@@ -681,7 +649,7 @@ struct PurgeArg {
 
 void purge_cb(uct::PendingReq* pending, void* a) {
     auto* arg = static_cast<PurgeArg*>(a);
-    if (pending->func != lane_pending_cb) {
+    if (!is_lane_queued(pending)) {
         arg->others.push_back(pending);
         return;
     }

@@ -18,8 +18,6 @@
 
 namespace loom::ucp {
 
-Status send_request_start(Request* req);
-
 namespace {
 
 constexpr std::size_t kHdrLen = sizeof(std::uint64_t);  // the sender's worker uuid

@@ -23,8 +23,6 @@
 
 namespace loom::ucp {
 
-Status send_request_start(Request* req);
-
 namespace {
 
 Request* recv_of(TagRecvEntry* entry) {
