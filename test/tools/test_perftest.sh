@@ -151,11 +151,13 @@ if [ -n "$mpi_skip" ]; then
     esac
 else
     if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+    lsan_supp="${top_srcdir:-$(dirname "$0")/../..}/test/tools/lsan_openmpi.supp"
     # mpi_run NAME MPIRUN-AND-PERFTEST-ARGS...: passes when mpirun exits 0 and exactly one
     # Final: line is printed (rank 0's).
     mpi_run() {
         local name=$1 out rc finals; shift
-        out=$(timeout 60 mpirun "$@" 2>&1)
+        # In the sanitizer build, Open MPI's own leaks are suppressed (lsan_openmpi.supp says why).
+        out=$(timeout 60 mpirun -x LSAN_OPTIONS="suppressions=$lsan_supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" "$@" 2>&1)
         rc=$?
         finals=$(printf '%s\n' "$out" | grep -Ec -- "$final")
         tap_n=$((tap_n + 1))

@@ -84,7 +84,8 @@ std::size_t DtState::pack_slow(std::size_t offset, void* dest, std::size_t max) 
     while (done < max && iov_index < count) {
         const std::size_t in_entry = offset + done - iov_offset;
         const std::size_t n = std::min(max - done, iov[iov_index].length - in_entry);
-        std::memcpy(static_cast<char*>(dest) + done, static_cast<const char*>(iov[iov_index].buffer) + in_entry, n);
+        // An empty entry may have a NULL buffer: no memcpy from it (undefined even for 0 bytes).
+        if (n != 0) std::memcpy(static_cast<char*>(dest) + done, static_cast<const char*>(iov[iov_index].buffer) + in_entry, n);
         done += n;
         if (in_entry + n == iov[iov_index].length) {
             iov_offset += iov[iov_index].length;
@@ -110,7 +111,7 @@ Status DtState::unpack_slow(std::size_t offset, const void* src, std::size_t len
     while (done < len && iov_index < count) {
         const std::size_t in_entry = offset + done - iov_offset;
         const std::size_t n = std::min(len - done, iov[iov_index].length - in_entry);
-        std::memcpy(static_cast<char*>(iov[iov_index].buffer) + in_entry, static_cast<const char*>(src) + done, n);
+        if (n != 0) std::memcpy(static_cast<char*>(iov[iov_index].buffer) + in_entry, static_cast<const char*>(src) + done, n);
         done += n;
         if (in_entry + n == iov[iov_index].length) {
             iov_offset += iov[iov_index].length;
