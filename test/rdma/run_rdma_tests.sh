@@ -190,7 +190,7 @@ mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
 cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
 cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
 mpi_compat="" osu_bin=""
-if ! grep -q 'fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
+if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
     mpi_compat=$build/bindings/ucx/.libs
     osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
 fi

@@ -62,5 +62,5 @@ finish() {
 # sanitizer_build DIR: true when the build tree DIR was configured with AddressSanitizer.
 # Its libraries cannot be loaded into programs built without it (an MPI program, say).
 sanitizer_build() {
-    grep -q -- '-fsanitize=address' "$1/Makefile" 2>/dev/null
+    grep -q -- '^[^#]*-fsanitize=address' "$1/Makefile" 2>/dev/null  # not a comment copied from a sources.am
 }
