@@ -186,7 +186,7 @@ Status deliver_eager(AmWorker& am, const AmWorker::IfaceArg& ia, const AmHdr& hd
 /** kAmUserOnly: AmHdr [+ sender uuid] + header + data, in one message. */
 Status am_only_handler(void* arg, void* data, std::size_t length, unsigned flags) {
     auto& ia = *static_cast<AmWorker::IfaceArg*>(arg);
-    AmWorker& am = *ia.worker->am;
+    AmWorker& am = am_of(*ia.worker);
     AmHdr hdr;
     if (LOOM_UNLIKELY(length < sizeof(hdr))) {
         LOOM_LOG_WARN("ucp: dropped an active message of {} bytes (shorter than its header)", length);
@@ -218,7 +218,7 @@ void am_assembled(void* request, int status, const TagRecvInfo*, void* user_data
     auto* desc = static_cast<AmDataDesc*>(user_data);
     // The assembling receive (am_first_handler) is ours: done with it.
     if (request != nullptr) desc->worker->release(request_of(request));
-    AmWorker& am = *desc->worker->am;
+    AmWorker& am = am_of(*desc->worker);
     if (status != static_cast<int>(Status::ok)) {
         LOOM_LOG_DEBUG("ucp: active message to id {} from {:016x} lost: {}", desc->am.am_id, desc->sender_uuid,
                        to_string(static_cast<Status>(status)));
@@ -234,7 +234,7 @@ void am_assembled(void* request, int status, const TagRecvInfo*, void* user_data
 Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     auto& ia = *static_cast<AmWorker::IfaceArg*>(arg);
     Worker& w = *ia.worker;
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     AmFirstHdr hdr;
     if (length < sizeof(hdr)) {
         LOOM_LOG_WARN("ucp: dropped a first active-message fragment of {} bytes (shorter than its header)", length);
@@ -294,7 +294,7 @@ Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
 Status am_rts_handler(void* arg, void* data, std::size_t length, unsigned) {
     auto& ia = *static_cast<AmWorker::IfaceArg*>(arg);
     Worker& w = *ia.worker;
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     AmRtsHdr hdr;
     if (length < sizeof(hdr)) {
         LOOM_LOG_WARN("ucp: dropped an active-message rendezvous request of {} bytes (truncated)", length);
@@ -377,7 +377,7 @@ void send_done(Request* req, Status status) {
 }
 
 Status am_single_progress(Request* req) {
-    ssize_t n = am_send_single(req->send.ep, hdr_of(req->send.tag), req->send.am_header, req->send.dt);
+    ssize_t n = am_send_single(req->ep, hdr_of(req->send.tag), req->send.am_header, req->send.dt);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     send_done(req, n < 0 ? static_cast<Status>(n) : Status::ok);
     return Status::ok;
@@ -394,7 +394,7 @@ Status am_short_progress(Request* req) {
         return am_single_progress(req);
     }
     const void* buffer = hdr.header_length != 0 ? req->send.am_header : req->send.dt.buffer;
-    Status s = uct::ep_am_short(req->send.ep->am_ep, kAmUserOnly, req->send.tag, buffer,
+    Status s = uct::ep_am_short(req->ep->am_ep, kAmUserOnly, req->send.tag, buffer,
                                 static_cast<unsigned>(hdr.header_length + req->send.dt.length));
     if (s == Status::no_resource) return s;
     send_done(req, s);
@@ -405,7 +405,7 @@ Status am_short_progress(Request* req) {
 Status am_multi_progress(Request* req) {
     if (!(req->send.msg_id & kRndvMsgBit)) {
         Worker& w = *req->worker;
-        Ep* ep = req->send.ep;
+        Ep* ep = req->ep;
         AmFirstHdr first{hdr_of(req->send.tag), w.uuid, req->send.msg_id, req->send.dt.length};
         const std::size_t room = ep->max_bcopy - sizeof(first) - first.am.header_length;
         const std::size_t chunk = std::min(req->send.dt.length, room);
@@ -435,7 +435,7 @@ Status am_rts_progress(Request* req) {
     hdr.am = hdr_of(req->send.tag);
     AmPackArg arg{{&hdr, rkey, req->send.am_header}, {sizeof(hdr), rkey_len, hdr.am.header_length},
                   &req->send.dt, 0, 0};
-    ssize_t n = uct::ep_am_bcopy(req->send.ep->am_ep, kAmUserRts, am_pack, &arg, 0);
+    ssize_t n = uct::ep_am_bcopy(req->ep->am_ep, kAmUserRts, am_pack, &arg, 0);
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
     if (n < 0) send_done(req, static_cast<Status>(n));
     return Status::ok;  // the ATS completes it, or the RTR starts the AM pipeline
@@ -505,10 +505,13 @@ std::size_t am_worker_max_header(const Worker& w) {
     return smallest > overhead && smallest != SIZE_MAX ? smallest - overhead : 0;
 }
 
-Status am_register_handlers(Worker& w) {
+namespace {
+
+/** Creates the worker's active-message state and registers its AM handlers on every iface. */
+Status am_family_init(Worker& w) {
     auto* am = new (std::nothrow) AmWorker(w);
     if (am == nullptr) return Status::no_memory;
-    w.am = am;
+    w.family_state[kAmSlot] = am;
     ucs::MemPoolParams mp;
     mp.name = "ucp_am_data";
     mp.elem_size = sizeof(AmDataDesc) + AmWorker::kSmallData;
@@ -537,20 +540,36 @@ Status am_register_handlers(Worker& w) {
     return Status::ok;
 }
 
-void am_cleanup(Worker& w) {
-    AmWorker* am = w.am;
+/** Releases what active messages still hold (kept data, pending rendezvous); before the ifaces go. */
+void am_family_cleanup(Worker& w) {
+    AmWorker* am = am_state(w);
     if (am == nullptr) return;
     for (auto& [data, kept] : am->kept) release_kept(*am, kept);
     am->kept.clear();
     // The endpoints are gone: nobody can be told; the descriptors just go.
     for (AmRndvDesc* desc : am->rndv) std::free(desc);
     am->rndv.clear();
-    w.am = nullptr;
+    w.family_state[kAmSlot] = nullptr;
     delete am;
 }
 
+const ProtoFamily kAmFamily{
+    .name = "active message",
+    .slot = kAmSlot,
+    .init = am_family_init,
+    .cleanup = am_family_cleanup,
+    .destroy = nullptr,
+    .ep_purge = nullptr,
+    .ep_failed = nullptr,
+    .ep_closed = nullptr,
+    .flush_done = nullptr,
+};
+LOOM_FAMILY_REGISTER(kAmFamily);
+
+}  // namespace
+
 Status am_set_handler(Worker& w, unsigned id, std::uint32_t flags, AmRecvCallback cb, void* arg) {
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     if (id >= am.handlers.size()) {
         if (cb == nullptr) return Status::ok;
         try {
@@ -587,9 +606,9 @@ Status am_send_start(Request* req, Ep* ep, unsigned id, std::uint32_t flags, con
                      std::size_t header_length) {
     Worker& w = *ep->worker;
     const AmHdr hdr = make_hdr(id, flags, header_length);
-    req->send.ep = ep;
+    req->ep = ep;
     req->send.offset = 0;
-    req->send.memh = uct::kMemHNull;
+    req->memh = uct::kMemHNull;
     req->send.msg_id = w.next_msg_id++;
     std::memcpy(&req->send.tag, &hdr, sizeof(hdr));
     req->send.am_header = header;
@@ -598,7 +617,7 @@ Status am_send_start(Request* req, Ep* ep, unsigned id, std::uint32_t flags, con
         send_done(req, Status::unsupported);
         return Status::unsupported;
     }
-    req->send.progress = range->progress;
+    req->progress = range->progress;
     if (range->proto == &kAmRndv) {
         req->send.rndv_wait = 0;  // no answer accepted before its RTS left (rndv_rts_prepare)
         // The ATS and RTR name the request: the tag protocol's handlers move it on.
@@ -613,7 +632,7 @@ Status am_send_start(Request* req, Ep* ep, unsigned id, std::uint32_t flags, con
 }
 
 AmDataKind am_data_kind(Worker& w, void* data) {
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     if (am.rndv.count(static_cast<AmRndvDesc*>(data)) != 0) return AmDataKind::rndv;
     if (am.kept.count(data) != 0) return AmDataKind::eager;
     if (data != nullptr && data == am.current.data && !am.current.consumed) return AmDataKind::eager;
@@ -621,7 +640,7 @@ AmDataKind am_data_kind(Worker& w, void* data) {
 }
 
 Status am_recv_eager(Worker& w, void* data, DtState& dt, std::size_t& length) {
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     auto it = am.kept.find(data);
     length = it != am.kept.end() ? it->second.length : am.current.length;
     const std::size_t n = std::min(length, dt.length);
@@ -640,11 +659,11 @@ void am_recv_rndv(Worker& w, void* data, Request* req) {
     auto* desc = static_cast<AmRndvDesc*>(data);
     desc->consumed = true;
     rndv_recv_start(w, req, desc->rts, desc->rkey(), desc->rts.rkey_length);
-    if (!desc->in_callback) free_rndv_desc(*w.am, desc);
+    if (!desc->in_callback) free_rndv_desc(am_of(w), desc);
 }
 
 void am_data_release(Worker& w, void* data) {
-    AmWorker& am = *w.am;
+    AmWorker& am = am_of(w);
     if (auto it = am.rndv.find(static_cast<AmRndvDesc*>(data)); it != am.rndv.end()) {
         AmRndvDesc* desc = *it;
         if (desc->consumed) return;

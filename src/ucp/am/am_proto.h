@@ -56,7 +56,10 @@ inline constexpr unsigned kAmMaxUserId = 0xffff;
 struct AmDataDesc;
 struct AmRndvDesc;
 
-/** A worker's active-message state (Worker::am). */
+/** The active-message family's slot in Worker::family_state (core/family.h). */
+inline constexpr std::uint8_t kAmSlot = 1;
+
+/** A worker's active-message state (Worker::family_state[kAmSlot]). */
 class AmWorker {
 public:
     /** A registered handler. */
@@ -97,6 +100,11 @@ public:
 
     static constexpr std::size_t kSmallData = 512;
 };
+
+/** @p w's active-message state, nullptr before the family's init. */
+inline AmWorker* am_state(Worker& w) { return static_cast<AmWorker*>(w.family_state[kAmSlot]); }
+/** @p w's active-message state (initialised). */
+inline AmWorker& am_of(Worker& w) { return *am_state(w); }
 
 /** The largest application header an active message on @p ep may carry (it travels in one bcopy). */
 std::size_t am_max_header(const Ep* ep);

@@ -322,7 +322,7 @@ void loom_request_cancel(loom_worker_h worker, void* request) {
     WorkerGuard guard(*W(worker));
     // A receive whose completion waits for progress (NO_IMM_CMPL) is done: nothing to cancel.
     if (!(req->flags & kReqRecv) || (req->flags & kReqCompleted) || req->ep_link.linked()) return;
-    if (W(worker)->tm.cancel(req->recv.entry)) {
+    if (tag_of(*W(worker)).tm.cancel(recv_entry(req))) {
         req->recv.dt.finish();
         W(worker)->complete(req, Status::canceled);
     }
@@ -514,7 +514,7 @@ static void* tag_recv(Worker& w, void* buffer, size_t count, UnexpDesc* desc, Ta
     if (req == nullptr) return status_ptr(Status::no_memory);
     req->flags |= kReqRecv;
     if (Status s = req->recv.dt.start_unpack(dt, buffer, count); s != Status::ok) {
-        if (desc != nullptr) w.tm.push_unexpected(desc->entry, desc->entry.tag);  // keep the message
+        if (desc != nullptr) tag_of(w).tm.push_unexpected(desc->entry, desc->entry.tag);  // keep the message
         w.complete(req, s);
         return finish_nbx(w, req, p);
     }
@@ -526,7 +526,7 @@ loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t c
                                     loom_tag_t tag_mask, const loom_request_param_t* param) {
     Worker& w = *W(worker);
     WorkerGuard guard(w);
-    TagUnexpEntry* entry = w.tm.probe(tag, tag_mask, true);
+    TagUnexpEntry* entry = tag_of(w).tm.probe(tag, tag_mask, true);
     caller_request_begin(param);
     return caller_request_end(&w, param,
                               tag_recv(w, buffer, count, reinterpret_cast<UnexpDesc*>(entry), tag, tag_mask, param));
@@ -749,7 +749,7 @@ size_t loom_am_max_header(loom_worker_h worker) {
 }
 
 void loom_am_data_release(loom_worker_h worker, void* data) {
-    if (worker == nullptr || W(worker)->am == nullptr) return;
+    if (worker == nullptr || am_state(*W(worker)) == nullptr) return;
     WorkerGuard guard(*W(worker));
     am_data_release(*W(worker), data);
 }
@@ -882,7 +882,7 @@ loom_status_ptr_t loom_stream_recv_data_nb(loom_ep_h ep_h, size_t* length) {
 
 void loom_stream_data_release(loom_ep_h ep_h, void* data) {
     Ep* ep = E(ep_h);
-    if (ep == nullptr || ep->worker->stream == nullptr) return;
+    if (ep == nullptr || stream_state(*ep->worker) == nullptr) return;
     WorkerGuard guard(*ep->worker);
     (void)stream_data_release(*ep->worker, data);
 }

@@ -12,7 +12,6 @@
 #pragma once
 
 #include "ucp/dt/datatype.h"
-#include "ucp/tag/tag_match.h"
 #include "ucs/datastruct/list.h"
 #include "uct/api/uct_types.h"
 
@@ -24,7 +23,9 @@ namespace loom::ucp {
 
 class Worker;
 class Ep;
-struct UnexpDesc;
+
+/** A message tag (the tag family's matching key; also carried by completions). */
+using Tag = std::uint64_t;
 
 /** Completion callbacks (layouts of the C API's). */
 using SendCallback = void (*)(void* request, int status, void* user_data);
@@ -46,7 +47,7 @@ enum ReqFlags : std::uint16_t {
     kReqInEpList = 1u << 6,    ///< linked in its endpoint's outstanding list
     kReqCtrl = 1u << 7,        ///< an internal control message (no handle, no callback)
     kReqAcked = 1u << 8,       ///< sync send: the match was acknowledged before every fragment left
-    kReqRndv = 1u << 9,        ///< rendezvous send: holds a registration (send.memh)
+    kReqRelease = 1u << 9,     ///< holds resources (a registration in memh, a peer's key): complete() calls release
     kReqFlush = 1u << 10,      ///< an endpoint or worker flush waiting in Worker::flush_waiters
     kReqClose = 1u << 11,      ///< a flush that closes its endpoint when done
     kReqWaitAll = 1u << 14,    ///< stream receive: complete only once the buffer is full
@@ -57,6 +58,16 @@ enum ReqFlags : std::uint16_t {
 
 /** What the protocol does with the request next. */
 using ProtoProgress = Status (*)(struct Request* req);
+/** Frees what a request's protocol holds (kReqRelease), as it completes. */
+using ProtoRelease = void (*)(struct Request* req);
+
+/**
+ * Room for the tag family's receive entry (tag/tag_match.h TagRecvEntry, asserted to
+ * fit there): the request layout does not depend on the matcher's.
+ */
+struct alignas(8) RecvMatchSlot {
+    std::uint8_t bytes[40];
+};
 
 struct Request {
     std::uint16_t flags;
@@ -72,18 +83,23 @@ struct Request {
     } cb;
     ucs::ListLink ep_link;  ///< sends: in the endpoint's list of outstanding requests
 
+    // The common head of a request that runs on an endpoint's lanes (sends, RMA, flush,
+    // control messages, a receive's rendezvous GETs): what the send queue, purges and
+    // complete() read, whatever the family.
+    Ep* ep;                   ///< its endpoint (flush: nullptr for every endpoint)
+    ProtoProgress progress;   ///< its protocol's next step (send_request_start runs it)
+    uct::PendingReq pending;  ///< queued on a uct endpoint while it lacks resources
+    uct::MemH memh;           ///< a registration it holds (kReqRelease) on lane `lane`'s memory domain
+    ProtoRelease release;     ///< frees what it holds when kReqRelease is set
+    std::uint8_t lane;        ///< the lane of memh (sends: the rendezvous lane; RMA, GETs: theirs)
+
     union {
         struct {
-            Ep* ep;
             DtState dt;
             Tag tag;
             std::size_t offset;       ///< bytes sent so far
             std::uint64_t msg_id;
-            ProtoProgress progress;
-            uct::PendingReq pending;  ///< queued on a uct endpoint while it lacks resources
-            uct::MemH memh;           ///< rendezvous: the registered send buffer
             void* ctrl_heap;          ///< a control message too long for ctrl_data
-            std::uint8_t rndv_lane;
             std::uint8_t ctrl_am_id;  ///< control messages
             std::uint16_t ctrl_length;
             std::uint8_t ctrl_data[52];  ///< a control message's bytes (largest header fits)
@@ -91,20 +107,19 @@ struct Request {
             // Rendezvous by PUT (tag_proto.cc), from the receiver's kAmRndvPutRtr on; set up by
             // rndv_rts_prepare. The PUTs run from `offset` to the end of the message.
             std::uint64_t rndv_raddr;    ///< the receiver's address of message byte 0
-            uct::Rkey rndv_rkey;         ///< its key, unpacked on lane rndv_lane (handle nullptr: none)
+            uct::Rkey rndv_rkey;         ///< its key, unpacked on lane `lane` (handle nullptr: none)
             std::uint64_t rndv_rreq_id;  ///< the receive, named by the FIN
             Status rndv_status;          ///< first error of the PUTs, or of the ATS
             std::uint8_t rndv_wait;      ///< RndvSendWait bits (tag_proto.cc) still outstanding
             std::uint8_t rndv_records;   ///< PUT completion records with transfers in flight
         } send;
         struct {
-            TagRecvEntry entry;
+            RecvMatchSlot entry;      ///< the tag family's TagRecvEntry
             DtState dt;
             TagRecvInfo info;
             std::size_t received;     ///< bytes of the message that arrived so far (rendezvous GET: where the GET ends)
-            // rendezvous GET state
+            // rendezvous GET state (the registered buffer in memh, the lane in lane)
             uct::Completion comp;
-            uct::MemH memh;
             uct::Rkey rkey;
             const uct::Component* rkey_component;
             uct::Md* md;
@@ -112,27 +127,15 @@ struct Request {
             std::uint64_t sreq_id;
             std::uint64_t remote_address;
             std::size_t get_offset;
-            std::uint8_t lane;
             std::uint8_t rndv_wait;   ///< rendezvous PUT schemes: RndvRecvWait bits (tag_proto.cc), else 0
-            uct::PendingReq pending;
         } recv;
-        /**
-         * RMA and atomics (src/ucp/rma/rma_proto.cc), and the RMA part of a flush. Laid out
-         * like `send` up to `lane` (asserted there): the worker queues, purges and completes
-         * these requests as sends (send.ep, send.progress, send.pending; a registration in
-         * send.memh on lane send.rndv_lane when kReqRndv is set).
-         */
+        /** RMA and atomics (src/ucp/rma/rma_proto.cc), and the RMA part of a flush. */
         struct {
-            Ep* ep;
             DtState dt;                ///< the local buffer
             std::uint64_t remote_addr;
             std::size_t offset;        ///< bytes issued so far
             std::uint64_t uct_rkey;    ///< the lane's remote key
-            ProtoProgress progress;
-            uct::PendingReq pending;
-            uct::MemH memh;            ///< the local buffer, registered for this operation (kReqRndv)
             struct RmaOp* op;          ///< completion record of the transfers in flight, or nullptr
-            std::uint8_t lane;
             std::uint8_t opcode;       ///< atomics: uct::AtomicOp
             std::uint8_t size;         ///< atomics: 4 or 8
             std::uint8_t fence;        ///< fence the lane before the first transfer

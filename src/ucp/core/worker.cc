@@ -4,7 +4,6 @@
 #include "ucp/core/packed.h"
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
-#include "ucp/tag/tag_proto.h"
 
 #include <algorithm>
 #include <sstream>
@@ -84,8 +83,6 @@ Status Worker::init() {
     std::random_device rd;
     uuid = (std::uint64_t{rd()} << 32) ^ rd() ^ (static_cast<std::uint64_t>(::getpid()) << 16);
     if (uuid == 0) uuid = 1;
-    if (Status s = tm.init(context.config().tag_buckets); s != Status::ok) return s;
-
     ucs::MemPoolParams rp;
     rp.name = "ucp_requests";
     // Room for LOOM_OP_ATTR_FIELD_REQUEST_DATA even when the caller asked for less.
@@ -105,13 +102,6 @@ Status Worker::init() {
         };
     }
     if (Status s = req_pool.init(std::move(rp)); s != Status::ok) return s;
-    ucs::MemPoolParams dp;
-    dp.name = "ucp_unexp_small";
-    dp.elem_size = sizeof(UnexpDesc) + kSmallDescData;
-    dp.alignment = 64;
-    dp.elems_per_chunk = 128;
-    if (Status s = small_desc_pool.init(std::move(dp)); s != Status::ok) return s;
-
     for (const ContextResource& rsc : context.resources()) {
         uct::IfaceParams iface_params;
         if (rsc.tl.tl_name == "rc") iface_params.config_overrides = rc_overrides();
@@ -143,13 +133,57 @@ Status Worker::init() {
         LOOM_LOG_ERROR("ucp: no transport could be opened for the worker");
         return Status::no_device;
     }
-    if (Status s = am_register_handlers(*this); s != Status::ok) return s;
-    if (Status s = stream_register_handlers(*this); s != Status::ok) return s;
     if (context.params().features & kFeatureWakeup) {
         if (Status s = init_wakeup(); s != Status::ok) return s;
     }
-    if (Status s = rma_init(*this); s != Status::ok) return s;
-    return tag_register_handlers(*this);
+    for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
+        if ((*f)->init == nullptr) continue;
+        if (Status s = (*f)->init(*this); s != Status::ok) {
+            LOOM_LOG_ERROR("ucp: the {} protocols cannot start: {}", (*f)->name, to_string(s));
+            return s;
+        }
+    }
+    return Status::ok;
+}
+
+// --- protocol families -------------------------------------------------------------------
+
+namespace {
+
+/** Every registered family, kept in slot order. */
+std::vector<const ProtoFamily*>& family_registry() {
+    static std::vector<const ProtoFamily*> list;
+    return list;
+}
+
+/** Calls @p hook of every family that has it with @p args. */
+template <auto Hook, class... Args>
+void for_each_family(Args&&... args) {
+    for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
+        if ((*f)->*Hook != nullptr) ((*f)->*Hook)(args...);
+    }
+}
+
+}  // namespace
+
+void family_register(const ProtoFamily& family) {
+    auto& list = family_registry();
+    bool clash = family.slot >= kMaxFamilies;
+    for (const ProtoFamily* f : list) clash = clash || f->slot == family.slot;
+    if (clash) {
+        // A build error in all but name: two families would share their state.
+        std::fprintf(stderr, "loom: protocol family %s: slot %u is taken or out of range\n", family.name,
+                     unsigned{family.slot});
+        std::abort();
+    }
+    list.insert(std::upper_bound(list.begin(), list.end(), &family,
+                                 [](const ProtoFamily* a, const ProtoFamily* b) { return a->slot < b->slot; }),
+                &family);
+}
+
+FamilyList families() {
+    const auto& list = family_registry();
+    return {list.data(), list.data() + list.size()};
 }
 
 // --- wake-up -----------------------------------------------------------------------------
@@ -266,29 +300,15 @@ Worker::~Worker() {
     }
     // Endpoints first: their outstanding sends complete with canceled.
     while (!eps.empty()) ep_destroy(&eps.front(), Status::canceled);
-    tm.purge_expected([&](TagRecvEntry& entry) {
-        auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(&entry) - offsetof(Request, recv.entry));
-        complete(req, Status::canceled);
-    });
-    tm.purge_unexpected([&](TagUnexpEntry& entry) {
-        auto* desc = reinterpret_cast<UnexpDesc*>(&entry);
-        if (desc->pooled) {
-            small_desc_pool.put(desc);
-        } else {
-            std::free(desc);
-        }
-    });
-    for (auto& [key, target] : frags) {
-        if (target.recv != nullptr) complete(target.recv, Status::canceled);
-        if (target.desc != nullptr && !target.desc->entry.queued()) {
-            if (target.desc->pooled) small_desc_pool.put(target.desc); else std::free(target.desc);
-        }
+    for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
+        if ((*f)->cleanup != nullptr && family_state[(*f)->slot] != nullptr) (*f)->cleanup(*this);
     }
     frags.clear();
-    am_cleanup(*this);
-    stream_cleanup(*this);
     for (WorkerIface& wi : ifaces) wi.iface->progress_disable();
     ifaces.clear();
+    for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
+        if ((*f)->destroy != nullptr && family_state[(*f)->slot] != nullptr) (*f)->destroy(*this);
+    }
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
@@ -302,7 +322,7 @@ bool ep_flushed(const Ep* ep) { return ep->outstanding.empty() || (ep->flags & k
 
 void Worker::flush_start(Request* req, Ep* ep, bool close) {
     req->flags |= kReqFlush | (close ? kReqClose : 0);
-    req->send.ep = ep;
+    req->ep = ep;
     if (close) ep->flags |= kEpClosing;
     flush_waiters.push_back(*req);
     (void)check_flushes();
@@ -311,7 +331,7 @@ void Worker::flush_start(Request* req, Ep* ep, bool close) {
 unsigned Worker::check_flushes() {
     unsigned done = 0;
     for (Request& req : flush_waiters.safe()) {
-        Ep* ep = req.send.ep;
+        Ep* ep = req.ep;
         bool flushed = true;
         if (ep != nullptr) {
             flushed = ep_flushed(ep);
@@ -319,10 +339,17 @@ unsigned Worker::check_flushes() {
             for (const Ep& e : eps) flushed = flushed && ep_flushed(&e);
         }
         if (!flushed) continue;
-        Status rma_status = Status::ok;
-        if (!rma_flush_done(*this, req, rma_status)) continue;  // RMA: remote completion
+        // A family's part, e.g. RMA's remote completion; the first error found is reported.
+        Status family_status = Status::ok;
+        bool families_done = true;
+        for (const ProtoFamily* const* f = families().begin; families_done && f != families().end; ++f) {
+            Status fs = Status::ok;
+            if ((*f)->flush_done != nullptr) families_done = (*f)->flush_done(*this, req, fs);
+            if (family_status == Status::ok) family_status = fs;
+        }
+        if (!families_done) continue;
         decltype(flush_waiters)::remove(req);
-        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : rma_status;
+        Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : family_status;
         if (req.flags & kReqClose) {
             ep_close_now(ep, false);
             status = Status::ok;
@@ -337,7 +364,7 @@ void Worker::ep_close_now(Ep* ep, bool force) {
     // The peer may still send to us and need replies (acknowledgements, rendezvous): the
     // endpoint its wire-up would use stays, as an internal one, until the worker goes.
     ep->on_error = nullptr;
-    stream_ep_closed(*this, ep, Status::canceled);
+    for_each_family<&ProtoFamily::ep_closed>(*this, ep, Status::canceled);
     auto it = ep_by_uuid.find(ep->remote_uuid);
     if (!force && !(ep->flags & kEpFailed) && it != ep_by_uuid.end() && it->second == ep) {
         ep->flags = static_cast<std::uint8_t>((ep->flags | kEpInternal) & ~kEpClosing);
@@ -485,12 +512,10 @@ void Worker::complete(Request* req, Status status) {
         decltype(Ep::outstanding)::remove(*req);
         req->flags &= ~kReqInEpList;
     }
-    if ((req->flags & kReqRndv) && req->send.memh != uct::kMemHNull) {
-        Ep* ep = req->send.ep;
-        (void)ifaces[ep->lanes[req->send.rndv_lane].iface].rsc->md->mem_dereg(req->send.memh);
-        req->send.memh = uct::kMemHNull;
+    if (req->flags & kReqRelease) {
+        req->flags &= ~kReqRelease;
+        req->release(req);
     }
-    if ((req->flags & (kReqRndv | kReqRma)) == kReqRndv) rndv_send_release(req);  // a PUT's remote key
     if (req->flags & kReqCtrl) {
         // Sent, or purged from a failed endpoint's queue: either way the copy goes here.
         if (req->send.ctrl_length > sizeof(req->send.ctrl_data)) std::free(req->send.ctrl_heap);
@@ -565,6 +590,13 @@ unsigned Worker::run_deferred_callbacks() {
     return n;
 }
 
+void request_release_memh(Request* req) {
+    if (req->memh == uct::kMemHNull) return;
+    const Worker& w = *req->worker;
+    (void)w.ifaces[req->ep->lanes[req->lane].iface].rsc->md->mem_dereg(req->memh);
+    req->memh = uct::kMemHNull;
+}
+
 void Worker::release(Request* req) {
     if (req->flags & kReqCallerMem) return;
     req_pool.put(req);
@@ -591,7 +623,7 @@ Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* dat
     Request* req = worker.alloc_request();
     if (req == nullptr) return nullptr;
     req->flags |= kReqCtrl;
-    req->send.ep = ep;
+    req->ep = ep;
     req->send.ctrl_am_id = id;
     req->send.ctrl_length = static_cast<std::uint16_t>(length);
     if (length <= sizeof(req->send.ctrl_data)) {
@@ -611,7 +643,7 @@ Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* dat
 namespace {
 
 Status ctrl_progress(Request* req) {
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
                                    ? req->send.ctrl_data
                                    : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
@@ -632,7 +664,7 @@ Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t len
     }
     Request* req = make_ctrl_request(*this, ep, id, data, length);
     if (req == nullptr) return Status::no_memory;
-    req->send.progress = ctrl_progress;
+    req->progress = ctrl_progress;
     Status s = send_request_start(req);
     return s == Status::in_progress ? Status::ok : s;
 }
@@ -644,9 +676,9 @@ namespace {
 /** A queued request's turn: its protocol step again, counted off its lane's queue when it ran. */
 template <bool kAmLane>
 Status pending_cb(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
-    Ep* ep = req->send.ep;  // the request may be gone once its step ran
-    Status s = req->send.progress(req);
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
+    Ep* ep = req->ep;  // the request may be gone once its step ran
+    Status s = req->progress(req);
     if (s == Status::no_resource) return s;
     --(kAmLane ? ep->num_pending : ep->rma_pending);
     return Status::ok;
@@ -656,18 +688,25 @@ Status pending_cb(uct::PendingReq* pending) {
 
 bool is_lane_queued(const uct::PendingReq* pending) { return pending->func == pending_cb<false>; }
 
+namespace {
+
+/** Whether @p pending is a request send_request_start queued on the AM lane. */
+bool is_am_lane_queued(const uct::PendingReq* pending) { return pending->func == pending_cb<true>; }
+
+}  // namespace
+
 Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     const bool am_lane = lane == ep->am_lane;
     std::uint32_t& queued = am_lane ? ep->num_pending : ep->rma_pending;
     if (queued == 0) {
-        Status s = req->send.progress(req);
+        Status s = req->progress(req);
         if (s != Status::no_resource) return s;
     }
-    req->send.pending.func = am_lane ? pending_cb<true> : pending_cb<false>;
+    req->pending.func = am_lane ? pending_cb<true> : pending_cb<false>;
     uct::Ep* uep = ep->lanes[lane].ep;
     for (;;) {
-        Status s = uct::ep_pending_add(uep, &req->send.pending, 0);
+        Status s = uct::ep_pending_add(uep, &req->pending, 0);
         if (s == Status::ok) {
             ++queued;
             return Status::ok;
@@ -680,7 +719,7 @@ Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
             }
             return s;
         }
-        s = req->send.progress(req);
+        s = req->progress(req);
         if (s != Status::no_resource) return s;
     }
 }
@@ -966,14 +1005,14 @@ struct Purge {
 
 void purge_cb(uct::PendingReq* pending, void* arg) {
     auto* purge = static_cast<Purge*>(arg);
-    if (is_rndv_get_pending(pending)) {
-        // A receive's GETs, laid out as recv.pending, not a send: retried once the endpoint
-        // is marked failed, they fail their receive (and tell the sender if it can hear).
+    if (!is_am_lane_queued(pending)) {
+        // Another protocol's entry (a receive's rendezvous GETs): retried once the endpoint
+        // is marked failed, it fails its own request (and tells the sender if it can hear).
         purge->receives.push_back(pending);
         return;
     }
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
-    --req->send.ep->num_pending;
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
+    --req->ep->num_pending;
     req->worker->complete(req, purge->status);
 }
 
@@ -989,7 +1028,7 @@ void purge_am_lane(Ep* ep, Status status) {
 
 void Worker::ep_destroy(Ep* ep, Status status) {
     for (Request& req : flush_waiters.safe()) {
-        if (req.send.ep != ep) continue;
+        if (req.ep != ep) continue;
         decltype(flush_waiters)::remove(req);
         complete(&req, Status::canceled);
     }
@@ -998,11 +1037,10 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     ep->flags |= kEpFailed;
     if (ep->failure == Status::ok) ep->failure = status;
     purge_am_lane(ep, status);
-    rma_ep_purge(*this, ep, status);
-    rndv_ep_purge(*this, ep, status);
+    for_each_family<&ProtoFamily::ep_purge>(*this, ep, status);
     wireup_ep_gone(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
-    stream_ep_closed(*this, ep, status);
+    for_each_family<&ProtoFamily::ep_closed>(*this, ep, status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
     auto it = ep_by_uuid.find(ep->remote_uuid);
     if (it != ep_by_uuid.end() && it->second == ep) ep_by_uuid.erase(it);
@@ -1016,11 +1054,9 @@ void Worker::ep_fail(Ep* ep, Status status) {
     ep->failure = status;
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
     purge_am_lane(ep, status);
-    rma_ep_purge(*this, ep, status);
-    rndv_ep_purge(*this, ep, status);
+    for_each_family<&ProtoFamily::ep_purge>(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
-    tag_fail_peer_receives(*this, ep->remote_uuid, status);
-    stream_ep_failed(*this, ep, status);
+    for_each_family<&ProtoFamily::ep_failed>(*this, ep, status);
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
         ep->on_error(ep->on_error_arg, ep, static_cast<int>(status));
     }

@@ -8,9 +8,9 @@
 
 #include "ucp/core/context.h"
 #include "ucp/core/ep.h"
+#include "ucp/core/family.h"
 #include "ucp/core/request.h"
 #include "ucp/proto/proto.h"
-#include "ucp/tag/tag_match.h"
 #include "ucs/async/event_fd.h"
 #include "ucs/datastruct/list.h"
 #include "ucs/memory/mem_pool.h"
@@ -18,6 +18,7 @@
 #include "uct/api/uct.h"
 #include "uct/base/uct_worker.h"
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -29,8 +30,7 @@
 namespace loom::ucp {
 
 class Listener;
-class AmWorker;
-class StreamWorker;
+struct UnexpDesc;
 
 /** One iface of a worker. */
 struct WorkerIface {
@@ -75,23 +75,6 @@ inline constexpr std::uint64_t kAddrCapAuxOnly = 1ull << 63;
 /** Version of the packed worker address; unpack refuses others with version_mismatch. */
 inline constexpr std::uint8_t kAddressVersion = 3;
 
-/** A message that arrived before a receive wanted it. */
-struct UnexpDesc {
-    TagUnexpEntry entry;
-    enum Kind : std::uint8_t { eager, rts } kind;
-    bool complete;          ///< every fragment has arrived
-    bool sync;              ///< acknowledge the match (sreq_id)
-    bool pooled;            ///< from the worker's small-descriptor pool, else malloc'ed
-    std::uint64_t sender_uuid;
-    std::uint64_t sreq_id;
-    std::uint64_t msg_id;
-    std::size_t length;     ///< message bytes (eager) or rendezvous length
-    std::size_t received;   ///< eager bytes that arrived so far
-    Request* waiting;       ///< a receive that took the message before it was complete
-    // the data (eager) or RtsHdr + packed key (rts) follow
-    std::uint8_t* data() { return reinterpret_cast<std::uint8_t*>(this + 1); }
-};
-
 /** Key of a multi-fragment message being assembled. */
 struct FragKey {
     std::uint64_t uuid;
@@ -102,7 +85,10 @@ struct FragKeyHash {
     std::size_t operator()(const FragKey& k) const noexcept { return k.uuid * 0x9e3779b97f4a7c15ull ^ k.msg_id; }
 };
 
-/** Where the later fragments of a message go: a matched receive, or the unexpected descriptor. */
+/**
+ * Where the later fragments of a message go: a matched receive, or the tag family's
+ * unexpected descriptor (tag/tag_proto.h).
+ */
 struct FragTarget {
     Request* recv = nullptr;
     UnexpDesc* desc = nullptr;
@@ -239,11 +225,10 @@ public:
     /** Resources of the context this worker has no iface on, each with why. */
     std::vector<std::string> ifaces_left_out;
     std::uint64_t uuid = 0;
-    TagMatcher tm;
     ucs::MemPool req_pool;
-    ucs::MemPool small_desc_pool;  ///< unexpected eager messages up to kSmallDescData bytes
-    ucs::MemPool rma_ops;          ///< completion records of RMA transfers in flight (src/ucp/rma)
     RequestTable req_table;
+    /** Each protocol family's state, at its slot (family.h); nullptr before its init. */
+    std::array<void*, kMaxFamilies> family_state{};
     std::unordered_map<std::uint64_t, Ep*> ep_by_uuid;
     /** Endpoints with endpoint-to-endpoint lanes: their wire-up ids (wireup.cc). */
     struct EpWireup {
@@ -257,6 +242,11 @@ public:
     std::uint64_t next_wireup_id = 1;
     std::uint32_t wireup_waiting = 0;  ///< entries of wireup_state with a deadline
     std::uint32_t wireup_countdown = 1;  ///< progress calls until the deadlines are looked at again
+    /**
+     * Multi-fragment messages being assembled, shared by the families whose messages
+     * come in fragments (tag and AM eager, rendezvous PUTs): message ids are unique per
+     * sending worker, whatever the family.
+     */
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
@@ -284,10 +274,6 @@ public:
     std::vector<ProtoTableEntry> proto_tables;
     /** The table for @p ep's lanes, built the first time; nullptr without memory. */
     const ProtoTable* proto_table(const Ep& ep);
-    AmWorker* am = nullptr;          ///< active-message state (src/ucp/am), from am_register_handlers
-    StreamWorker* stream = nullptr;  ///< stream state (src/ucp/stream), from stream_register_handlers
-
-    static constexpr std::size_t kSmallDescData = 512;
 
 private:
     /** Publishes @p req's completion and runs its callback; the last access to @p req. */
@@ -332,11 +318,14 @@ private:
     Worker* worker_;
 };
 
+/** Deregisters @p req's memh from its lane's memory domain (the ProtoRelease of requests holding only that). */
+void request_release_memh(Request* req);
+
 /** How a request that cannot be queued fails (RMA also drops its completion records); nullptr: Worker::complete. */
 using SendFail = void (*)(Request* req, Status status);
 
 /**
- * The one send queue of an endpoint's lanes: runs @p req's protocol step (send.progress)
+ * The one send queue of an endpoint's lanes: runs @p req's protocol step (progress)
  * now, or queues it on lane @p lane behind that lane's earlier requests (counted in
  * Ep::num_pending on the AM lane, Ep::rma_pending on another), so nothing overtakes a
  * queued request. ok when the step ran (the protocol completes the request itself,
@@ -346,7 +335,7 @@ using SendFail = void (*)(Request* req, Status status);
 Status send_request_start(Request* req, std::uint8_t lane, SendFail fail = nullptr);
 
 /** send_request_start on the endpoint's AM lane. */
-inline Status send_request_start(Request* req) { return send_request_start(req, req->send.ep->am_lane); }
+inline Status send_request_start(Request* req) { return send_request_start(req, req->ep->am_lane); }
 
 /** Whether @p pending is a request send_request_start queued on a lane that is not the AM lane. */
 bool is_lane_queued(const uct::PendingReq* pending);
@@ -357,10 +346,7 @@ Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* dat
 /** Sends @p length bytes at @p data as one am_bcopy; returns what ep_am_bcopy returns. */
 ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t length);
 
-// --- protocol entry points (src/ucp/tag) --------------------------------------------------
-
-/** Registers the tag protocol's AM handlers on every iface of @p worker. */
-Status tag_register_handlers(Worker& worker);
+// --- wire-up and lane selection (src/ucp/core) ---------------------------------------------
 
 /** Handles a peer's wire-up message: request, reply or acknowledgement (src/ucp/core/wireup.cc). */
 Status wireup_handler(void* arg, void* data, std::size_t length, unsigned flags);
@@ -373,55 +359,5 @@ void wireup_ep_gone(Worker& worker, Ep* ep, Status status);
 
 /** Lane selection for an endpoint (worker.cc). */
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain);
-
-/** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
-void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
-/** Releases the receiver's key a rendezvous send by PUT holds (Worker::complete, kReqRndv sends). */
-void rndv_send_release(Request* req);
-/**
- * @p ep failed or goes (marked so): empties its rendezvous lane's own pending queue when
- * that is not the AM lane (queued GETs fail their receives; queued PUTs are left to the
- * failure of Ep::outstanding, which must follow), and fails with @p status the receives
- * waiting for the PUTs of its peer when @p ep is the one replies to that peer use.
- */
-void rndv_ep_purge(Worker& worker, Ep* ep, Status status);
-
-// --- protocol entry points (src/ucp/am, src/ucp/stream) ------------------------------------
-
-/** Creates the worker's active-message state and registers its AM handlers on every iface. */
-Status am_register_handlers(Worker& worker);
-
-/** Releases what active messages still hold (kept data, pending rendezvous); before the ifaces go. */
-void am_cleanup(Worker& worker);
-
-/** Creates the worker's stream state and registers the stream AM handler on every iface. */
-Status stream_register_handlers(Worker& worker);
-
-/** Releases the stream state; before the ifaces go. */
-void stream_cleanup(Worker& worker);
-
-/** @p ep failed: its waiting stream receives complete with @p status (data already queued stays). */
-void stream_ep_failed(Worker& worker, Ep* ep, Status status);
-
-/** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
-void stream_ep_closed(Worker& worker, Ep* ep, Status status);
-// --- RMA entry points (src/ucp/rma) --------------------------------------------------------
-
-/** Sets up the worker's RMA state (the pool of completion records). */
-Status rma_init(Worker& worker);
-
-/**
- * Completes with @p status the RMA requests queued on @p ep's RMA lane when that is not
- * the AM lane (the AM lane's queue is purged by the worker). Called before Ep::outstanding
- * is drained.
- */
-void rma_ep_purge(Worker& worker, Ep* ep, Status status);
-
-/**
- * The RMA part of flush @p req, whose endpoint(s) have nothing outstanding: starts or
- * checks the transports' flush of the RMA lanes (remote completion). True when done, with
- * its status in @p status (ok, or the error a transport reported, e.g. a refused put).
- */
-bool rma_flush_done(Worker& worker, Request& req, Status& status);
 
 }  // namespace loom::ucp

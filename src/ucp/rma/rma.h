@@ -8,11 +8,23 @@
 #pragma once
 
 #include "ucp/core/worker.h"
+#include "ucs/memory/mem_pool.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace loom::ucp {
+
+/** The RMA family's slot in Worker::family_state (core/family.h). */
+inline constexpr std::uint8_t kRmaSlot = 3;
+
+/** A worker's RMA state. */
+struct RmaWorker {
+    ucs::MemPool ops;  ///< completion records of transfers in flight (RmaOp)
+};
+
+/** @p w's RMA state. */
+inline RmaWorker& rma_of(Worker& w) { return *static_cast<RmaWorker*>(w.family_state[kRmaSlot]); }
 
 /** One memory domain's part of a mapping. */
 struct MemReg {

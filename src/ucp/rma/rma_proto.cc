@@ -34,13 +34,6 @@
 
 namespace loom::ucp {
 
-// The worker handles RMA requests through their `send` view (see request.h).
-static_assert(offsetof(Request, rma.ep) == offsetof(Request, send.ep));
-static_assert(offsetof(Request, rma.progress) == offsetof(Request, send.progress));
-static_assert(offsetof(Request, rma.pending) == offsetof(Request, send.pending));
-static_assert(offsetof(Request, rma.memh) == offsetof(Request, send.memh));
-static_assert(offsetof(Request, rma.lane) == offsetof(Request, send.rndv_lane));
-
 /** Completion record of transfers in flight; see the file comment. */
 struct RmaOp {
     uct::Completion comp;
@@ -92,7 +85,7 @@ void op_done(uct::Completion* comp) {
     Worker& w = *op->worker;
     // nullptr when the request completed meanwhile (peer failure, forced close): nothing to do.
     if (Request* req = w.req_table.take(op->req_id)) op_settle(req, op);
-    w.rma_ops.put(op);
+    rma_of(w).ops.put(op);
 }
 
 /** @p req's record with one more issuing reference; a new record when it has none. */
@@ -102,7 +95,7 @@ RmaOp* op_acquire(Request* req) {
         return op;
     }
     Worker& w = *req->worker;
-    auto* op = static_cast<RmaOp*>(w.rma_ops.get());
+    auto* op = static_cast<RmaOp*>(rma_of(w).ops.get());
     if (LOOM_UNLIKELY(op == nullptr)) return nullptr;
     op->comp.func = op_done;
     op->comp.count = 1;
@@ -128,7 +121,7 @@ void op_release(Request* req, bool last) {
         op->comp.count = 0;
         if (req->id != 0) w.req_table.remove(req);
         op_settle(req, op);
-        w.rma_ops.put(op);
+        rma_of(w).ops.put(op);
         return;
     }
     if (req->id == 0 && LOOM_UNLIKELY(w.req_table.insert(req) != Status::ok)) {
@@ -172,16 +165,16 @@ void apply_fence(Request* req, uct::Ep* uep) {
 /**
  * The local buffer's handle for zero-copy on @p req's lane: none where the memory domain
  * needs none, the caller's mapping, or a registration for this operation (released by
- * Worker::complete through kReqRndv). Registration costs little next to copying a large
+ * Worker::complete through kReqRelease). Registration costs little next to copying a large
  * buffer through bcopy fragments, and rc's registration cache makes a repeated buffer a
  * lookup. no_memory-like statuses when registration fails.
  */
 Status zcopy_memh(Request* req, unsigned access, uct::MemH& memh) {
-    const ContextResource& rsc = *lane_iface(req->rma.ep, req->rma.lane).rsc;
+    const ContextResource& rsc = *lane_iface(req->ep, req->lane).rsc;
     memh = uct::kMemHNull;
     if (!(rsc.md_attr.flags & uct::MdAttr::kNeedMemh)) return Status::ok;
-    if (req->rma.memh != uct::kMemHNull) {
-        memh = req->rma.memh;
+    if (req->memh != uct::kMemHNull) {
+        memh = req->memh;
         return Status::ok;
     }
     if (req->rma.mapping != nullptr) {
@@ -190,8 +183,9 @@ Status zcopy_memh(Request* req, unsigned access, uct::MemH& memh) {
     }
     auto reg = rsc.md->mem_reg(req->rma.dt.buffer, req->rma.dt.length, access);
     if (!reg) return reg.status();
-    req->rma.memh = *reg;
-    req->flags |= kReqRndv;
+    req->memh = *reg;
+    req->flags |= kReqRelease;
+    req->release = request_release_memh;
     memh = *reg;
     return Status::ok;
 }
@@ -281,8 +275,8 @@ struct RmaLane {
     const uct::IfaceAttr& attr;
 };
 RmaLane rma_lane_of(Request* req) {
-    Ep* ep = req->rma.ep;
-    return {ep->lanes[req->rma.lane].ep, lane_iface(ep, req->rma.lane).attr};
+    Ep* ep = req->ep;
+    return {ep->lanes[req->lane].ep, lane_iface(ep, req->lane).attr};
 }
 
 Status put_short_progress(Request* req) {
@@ -351,8 +345,8 @@ Status atomic_post(uct::Ep* uep, uct::AtomicOp op, unsigned size, std::uint64_t 
 }
 
 Status atomic_progress(Request* req) {
-    Ep* ep = req->rma.ep;
-    uct::Ep* uep = ep->lanes[req->rma.lane].ep;
+    Ep* ep = req->ep;
+    uct::Ep* uep = ep->lanes[req->lane].ep;
     apply_fence(req, uep);
     const auto aop = static_cast<uct::AtomicOp>(req->rma.opcode);
     const unsigned size = req->rma.size;
@@ -494,20 +488,20 @@ void fail_request(Request* req, Status status) { finish(req, status, nullptr); }
 void start(Request* req, Ep* ep, std::uint64_t remote_addr, const RmaRkey* rkey, ProtoProgress progress,
            const Mem* mapping) {
     req->flags |= kReqRma | kReqInEpList;
-    req->rma.ep = ep;
+    req->ep = ep;
     req->rma.remote_addr = remote_addr;
     req->rma.offset = 0;
     req->rma.uct_rkey = rkey->uct_rkey;
     req->rma.mapping = mapping;
-    req->rma.progress = progress;
-    req->rma.memh = uct::kMemHNull;
+    req->progress = progress;
+    req->memh = uct::kMemHNull;
     req->rma.op = nullptr;
-    req->rma.lane = rma_lane(ep);
+    req->lane = rma_lane(ep);
     req->rma.fence = (ep->rma_flags & kRmaFence) ? 1 : 0;
     ep->rma_flags &= static_cast<std::uint8_t>(~kRmaFence);
     req->rma.error = Status::ok;
     ep->outstanding.push_back(*req);
-    (void)send_request_start(req, req->rma.lane, fail_request);  // fails the request itself on errors
+    (void)send_request_start(req, req->lane, fail_request);  // fails the request itself on errors
 }
 
 // --- logging of refused operations ------------------------------------------------------------
@@ -541,14 +535,6 @@ LOOM_COLD Status missing_feature(const char* what, const char* feature) {
 
 // --- entry points ----------------------------------------------------------------------------
 
-Status rma_init(Worker& w) {
-    ucs::MemPoolParams p;
-    p.name = "ucp_rma_ops";
-    p.elem_size = sizeof(RmaOp);
-    p.alignment = 64;
-    p.elems_per_chunk = 128;
-    return w.rma_ops.init(std::move(p));
-}
 
 Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
                         unsigned access) {
@@ -653,13 +639,20 @@ void purge_cb(uct::PendingReq* pending, void* a) {
         arg->others.push_back(pending);
         return;
     }
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, rma.pending));
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
     --arg->ep->rma_pending;
     finish(req, arg->status, nullptr);
 }
 
 }  // namespace
 
+namespace {
+
+/**
+ * Completes with @p status the RMA requests queued on @p ep's RMA lane when that is not
+ * the AM lane (the AM lane's queue is purged by the worker). Before Ep::outstanding is
+ * drained.
+ */
 void rma_ep_purge(Worker&, Ep* ep, Status status) {
     const std::uint8_t lane = rma_lane(ep);
     if (lane == ep->am_lane || ep->rma_pending == 0) return;
@@ -676,8 +669,13 @@ void rma_ep_purge(Worker&, Ep* ep, Status status) {
     for (uct::PendingReq* p : arg.others) (void)p->func(p);
 }
 
+/**
+ * The RMA part of flush @p req, whose endpoint(s) have nothing outstanding: starts or
+ * checks the transports' flush of the RMA lanes (remote completion). True when done, with
+ * its status in @p status (ok, or the error a transport reported, e.g. a refused put).
+ */
 bool rma_flush_done(Worker& w, Request& req, Status& status) {
-    Ep* ep = req.send.ep;
+    Ep* ep = req.ep;
     if (ep != nullptr && (ep->flags & kEpFailed)) return true;
     if (!(req.flags & kReqRmaFlush)) {
         std::uint32_t ifaces = 0;
@@ -719,5 +717,38 @@ bool rma_flush_done(Worker& w, Request& req, Status& status) {
     status = req.rma.error;
     return true;
 }
+
+Status rma_family_init(Worker& w) {
+    auto* rw = new (std::nothrow) RmaWorker;
+    if (rw == nullptr) return Status::no_memory;
+    w.family_state[kRmaSlot] = rw;
+    ucs::MemPoolParams p;
+    p.name = "ucp_rma_ops";
+    p.elem_size = sizeof(RmaOp);
+    p.alignment = 64;
+    p.elems_per_chunk = 128;
+    return rw->ops.init(std::move(p));
+}
+
+/** After the ifaces: a transport's completion of a transfer in flight may still name a record. */
+void rma_family_destroy(Worker& w) {
+    delete &rma_of(w);
+    w.family_state[kRmaSlot] = nullptr;
+}
+
+const ProtoFamily kRmaFamily{
+    .name = "RMA",
+    .slot = kRmaSlot,
+    .init = rma_family_init,
+    .cleanup = nullptr,
+    .destroy = rma_family_destroy,
+    .ep_purge = rma_ep_purge,
+    .ep_failed = nullptr,
+    .ep_closed = nullptr,
+    .flush_done = rma_flush_done,
+};
+LOOM_FAMILY_REGISTER(kRmaFamily);
+
+}  // namespace
 
 }  // namespace loom::ucp

@@ -156,7 +156,7 @@ Status stream_data_handler(void* arg, void* data, std::size_t length, unsigned) 
         return Status::ok;
     }
     std::memcpy(&uuid, data, kHdrLen);
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     auto it = w.ep_by_uuid.find(uuid);
     if (LOOM_UNLIKELY(it == w.ep_by_uuid.end())) {
         // Once per sender: a peer streaming to a closed endpoint would flood the log.
@@ -202,7 +202,7 @@ std::size_t pack_fragment(void* dest, void* a) {
 
 /** Sends send.offset .. end in fragments of the AM lane's bcopy size, then completes. */
 Status stream_progress(Request* req) {
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     Worker& w = *req->worker;
     const std::size_t room = ep->max_bcopy - kHdrLen;
     const std::size_t length = req->send.dt.length;
@@ -236,7 +236,7 @@ Status stream_short_progress(Request* req) {
     Worker& w = *req->worker;
     const std::size_t length = req->send.dt.length;
     Status s = length == 0 ? Status::ok
-                           : uct::ep_am_short(req->send.ep->am_ep, kAmStreamData, w.uuid, req->send.dt.buffer,
+                           : uct::ep_am_short(req->ep->am_ep, kAmStreamData, w.uuid, req->send.dt.buffer,
                                               static_cast<unsigned>(length));
     if (s == Status::no_resource) return s;
     req->send.dt.finish();
@@ -265,10 +265,13 @@ LOOM_PROTO_REGISTER(kStreamBcopy);
 
 // --- entry points ------------------------------------------------------------------------
 
-Status stream_register_handlers(Worker& w) {
+namespace {
+
+/** Creates the worker's stream state and registers the stream AM handler on every iface. */
+Status stream_family_init(Worker& w) {
     auto* sw = new (std::nothrow) StreamWorker(w);
     if (sw == nullptr) return Status::no_memory;
-    w.stream = sw;
+    w.family_state[kStreamSlot] = sw;
     ucs::MemPoolParams mp;
     mp.name = "ucp_stream_data";
     mp.elem_size = sizeof(StreamDesc) + StreamWorker::kSmallData;
@@ -281,8 +284,9 @@ Status stream_register_handlers(Worker& w) {
     return Status::ok;
 }
 
-void stream_cleanup(Worker& w) {
-    StreamWorker* sw = w.stream;
+/** Releases the stream state; before the ifaces go. */
+void stream_family_cleanup(Worker& w) {
+    StreamWorker* sw = stream_state(w);
     if (sw == nullptr) return;
     for (auto& [ep, s] : sw->eps) {
         fail_recvs(w, *s, Status::canceled);
@@ -292,17 +296,19 @@ void stream_cleanup(Worker& w) {
     sw->eps.clear();
     for (auto& [data, desc] : sw->handed_out) free_desc(*sw, desc);
     sw->handed_out.clear();
-    w.stream = nullptr;
+    w.family_state[kStreamSlot] = nullptr;
     delete sw;
 }
 
+/** @p ep failed: its waiting stream receives complete with @p status (data already queued stays). */
 void stream_ep_failed(Worker& w, Ep* ep, Status status) {
-    if (w.stream == nullptr) return;
-    if (StreamEp* s = find_ep(*w.stream, ep)) fail_recvs(w, *s, status);
+    if (stream_state(w) == nullptr) return;
+    if (StreamEp* s = find_ep(*stream_state(w), ep)) fail_recvs(w, *s, status);
 }
 
+/** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
 void stream_ep_closed(Worker& w, Ep* ep, Status status) {
-    StreamWorker* sw = w.stream;
+    StreamWorker* sw = stream_state(w);
     if (sw == nullptr) return;
     StreamEp* s = find_ep(*sw, ep);
     if (s == nullptr) return;
@@ -311,6 +317,21 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
     unready(*sw, *s);
     sw->eps.erase(ep);
 }
+
+const ProtoFamily kStreamFamily{
+    .name = "stream",
+    .slot = kStreamSlot,
+    .init = stream_family_init,
+    .cleanup = stream_family_cleanup,
+    .destroy = nullptr,
+    .ep_purge = nullptr,
+    .ep_failed = stream_ep_failed,
+    .ep_closed = stream_ep_closed,
+    .flush_done = nullptr,
+};
+LOOM_FAMILY_REGISTER(kStreamFamily);
+
+}  // namespace
 
 Status stream_send_try_now(Ep* ep, DtState& dt) {
     // Short (whose fast path did not apply) or bcopy in one message: done in the call.
@@ -321,11 +342,11 @@ Status stream_send_try_now(Ep* ep, DtState& dt) {
 }
 
 Status stream_send_start(Request* req, Ep* ep) {
-    req->send.ep = ep;
+    req->ep = ep;
     req->send.offset = 0;
-    req->send.memh = uct::kMemHNull;
+    req->memh = uct::kMemHNull;
     const ProtoRange* range = ep->protos->select(ProtoOp::stream, req->send.dt.contig(), req->send.dt.length);
-    req->send.progress = range != nullptr ? range->progress : stream_progress;  // bcopy serves every size
+    req->progress = range != nullptr ? range->progress : stream_progress;  // bcopy serves every size
     req->flags |= kReqInEpList;
     ep->outstanding.push_back(*req);
     return send_request_start(req);
@@ -336,7 +357,7 @@ bool stream_recv_now(Worker& w, Ep* ep, DtState& dt, bool waitall, std::size_t& 
         length = 0;
         return true;
     }
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     StreamEp* s = find_ep(sw, ep);
     if (s == nullptr || !s->recvs.empty()) return false;
     const std::size_t need = waitall ? dt.length : std::min(elem_size(dt), dt.length);
@@ -348,7 +369,7 @@ bool stream_recv_now(Worker& w, Ep* ep, DtState& dt, bool waitall, std::size_t& 
 }
 
 Status stream_recv_start(Worker& w, Ep* ep, Request* req) {
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     req->recv.received = 0;
     req->recv.comp.status = Status::ok;
     req->ep_link = {};
@@ -374,7 +395,7 @@ Status stream_recv_start(Worker& w, Ep* ep, Request* req) {
 }
 
 std::size_t stream_poll(Worker& w, StreamPollEp* out, std::size_t max) {
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     std::size_t n = 0;
     while (n < max) {
         StreamEp* s = sw.ready.pop_front();
@@ -385,7 +406,7 @@ std::size_t stream_poll(Worker& w, StreamPollEp* out, std::size_t max) {
 }
 
 void* stream_recv_data(Worker& w, Ep* ep, std::size_t& length) {
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     StreamEp* s = find_ep(sw, ep);
     if (s == nullptr || !s->recvs.empty() || s->data.empty()) return nullptr;
     StreamDesc* d = s->data.pop_front();
@@ -405,7 +426,7 @@ void* stream_recv_data(Worker& w, Ep* ep, std::size_t& length) {
 }
 
 bool stream_data_release(Worker& w, void* data) {
-    StreamWorker& sw = *w.stream;
+    StreamWorker& sw = *stream_state(w);
     auto it = sw.handed_out.find(data);
     if (it == sw.handed_out.end()) {
         LOOM_LOG_WARN("ucp: loom_stream_data_release: {} is not stream data this worker handed out", data);

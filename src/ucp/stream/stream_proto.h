@@ -49,7 +49,10 @@ struct StreamPollEp {
     std::uint8_t reserved[16];
 };
 
-/** A worker's stream state (Worker::stream). */
+/** The stream family's slot in Worker::family_state (core/family.h). */
+inline constexpr std::uint8_t kStreamSlot = 2;
+
+/** A worker's stream state (Worker::family_state[kStreamSlot]). */
 class StreamWorker {
 public:
     explicit StreamWorker(Worker& w) : worker(w) {}
@@ -63,6 +66,9 @@ public:
 
     static constexpr std::size_t kSmallData = 512;
 };
+
+/** @p w's stream state, nullptr before the family's init. */
+inline StreamWorker* stream_state(Worker& w) { return static_cast<StreamWorker*>(w.family_state[kStreamSlot]); }
 
 /**
  * Sends @p dt's bytes in one message at once when they fit one bcopy and @p ep has

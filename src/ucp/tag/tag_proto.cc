@@ -38,7 +38,7 @@ FragKey rndv_put_key(const Request* req) { return FragKey{req->recv.sender_uuid,
 
 void free_desc(Worker& w, UnexpDesc* desc) {
     if (desc->pooled) {
-        w.small_desc_pool.put(desc);
+        tag_of(w).desc_pool.put(desc);
     } else {
         std::free(desc);
     }
@@ -47,9 +47,9 @@ void free_desc(Worker& w, UnexpDesc* desc) {
 /** A descriptor with room for @p data_length bytes after it; nullptr without memory. */
 UnexpDesc* alloc_desc(Worker& w, std::size_t data_length) {
     UnexpDesc* desc;
-    bool pooled = data_length <= Worker::kSmallDescData;
+    bool pooled = data_length <= TagWorker::kSmallDescData;
     if (pooled) {
-        desc = static_cast<UnexpDesc*>(w.small_desc_pool.get());
+        desc = static_cast<UnexpDesc*>(tag_of(w).desc_pool.get());
     } else {
         desc = static_cast<UnexpDesc*>(std::malloc(sizeof(UnexpDesc) + data_length));
     }
@@ -155,7 +155,7 @@ UnexpDesc* queue_unexpected_eager(Worker& w, Tag tag, std::size_t total, const s
     desc->sreq_id = sreq_id;
     desc->msg_id = msg_id;
     std::memcpy(desc->data(), payload, plen);
-    w.tm.push_unexpected(desc->entry, tag);
+    tag_of(w).tm.push_unexpected(desc->entry, tag);
     return desc;
 }
 
@@ -198,7 +198,7 @@ Status eager_only_handler(void* arg, void* data, std::size_t length, unsigned) {
     std::memcpy(&hdr, data, hdr_len);
     const auto* payload = static_cast<const std::uint8_t*>(data) + hdr_len;
     const std::size_t plen = length - hdr_len;
-    if (TagRecvEntry* entry = w.tm.match_expected(hdr.tag)) {
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(hdr.tag)) {
         Request* req = recv_of(entry);
         req->recv.info.sender_tag = hdr.tag;
         req->recv.info.length = plen;
@@ -226,7 +226,7 @@ Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) 
         return Status::ok;
     }
     const FragKey key{hdr.sender_uuid, hdr.msg_id};
-    if (TagRecvEntry* entry = w.tm.match_expected(hdr.tag)) {
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(hdr.tag)) {
         Request* req = recv_of(entry);
         req->recv.info.sender_tag = hdr.tag;
         req->recv.info.length = hdr.total_length;
@@ -327,7 +327,7 @@ Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
         return Status::ok;
     }
     const auto* rkey = static_cast<const std::uint8_t*>(data) + sizeof(rts);
-    if (TagRecvEntry* entry = w.tm.match_expected(rts.tag)) {
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(rts.tag)) {
         rndv_recv_start(w, recv_of(entry), rts, rkey, rts.rkey_length);
         return Status::ok;
     }
@@ -340,7 +340,7 @@ Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
     desc->length = rts.length;
     desc->sender_uuid = rts.sender_uuid;
     std::memcpy(desc->data(), data, length);
-    w.tm.push_unexpected(desc->entry, rts.tag);
+    tag_of(w).tm.push_unexpected(desc->entry, rts.tag);
     return Status::ok;
 }
 
@@ -389,7 +389,7 @@ Status rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
     (void)w.req_table.take(ack.sreq_id);
     req->send.rndv_wait = 0;  // answered: no other ready-to-receive is accepted
     req->send.offset = 0;
-    req->send.progress = am_pipeline_progress;
+    req->progress = am_pipeline_progress;
     req->flags |= kReqAcked;  // the RTR means the receive matched: a synchronous send waits for nothing more
     (void)send_request_start(req);
     return Status::ok;
@@ -424,7 +424,7 @@ void rndv_fin_send(Worker& w, Ep* ep, std::uint64_t rreq_id, Status status) {
  */
 Status rndv_fin_progress(Request* req) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     RndvFinHdr fin{req->send.rndv_rreq_id, w.uuid, static_cast<std::int32_t>(req->send.rndv_status), 0};
     ssize_t n = am_bcopy_bytes(ep->am_ep, kAmRndvFin, &fin, sizeof(fin));
     if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
@@ -448,7 +448,7 @@ void rndv_put_check(Request* req) {
         return;
     }
     req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitPuts) | kSendWaitFin;
-    req->send.progress = rndv_fin_progress;
+    req->progress = rndv_fin_progress;
     if (req->send.rndv_wait & kSendIssuing) return;
     (void)send_request_start(req);  // now, or queued on the AM lane
 }
@@ -473,9 +473,9 @@ void rndv_put_record_done(uct::Completion* comp) {
  */
 Status rndv_put_issue(Request* req) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     if (ep->flags & kEpFailed) return Status::ok;  // the endpoint fails its outstanding requests
-    const Lane& lane = ep->lanes[req->send.rndv_lane];
+    const Lane& lane = ep->lanes[req->lane];
     const std::size_t max_zcopy = std::max<std::size_t>(w.ifaces[lane.iface].attr.put.max_zcopy, 1);
     const std::size_t length = req->send.dt.length;
     auto* rec = static_cast<PutRecord*>(std::malloc(sizeof(PutRecord)));
@@ -495,7 +495,7 @@ Status rndv_put_issue(Request* req) {
     auto* buffer = static_cast<char*>(req->send.dt.buffer);
     while (req->send.offset < length) {
         const std::size_t chunk = std::min(max_zcopy, length - req->send.offset);
-        uct::Iov iov{buffer + req->send.offset, chunk, req->send.memh};
+        uct::Iov iov{buffer + req->send.offset, chunk, req->memh};
         ++rec->comp.count;
         Status s = uct::ep_put_zcopy(lane.ep, &iov, 1, req->send.rndv_raddr + req->send.offset,
                                      req->send.rndv_rkey.rkey, &rec->comp);
@@ -533,31 +533,31 @@ Status rndv_put_issue(Request* req) {
 Status rndv_put_progress(Request* req) {
     Status s = rndv_put_issue(req);
     if (s == Status::no_resource) return s;
-    if (req->send.progress == rndv_fin_progress) return rndv_fin_progress(req);
+    if (req->progress == rndv_fin_progress) return rndv_fin_progress(req);
     return Status::ok;  // PUTs in flight: the last completion starts the FIN (or the endpoint failed)
 }
 
 /** PUTs on a lane of their own, from that lane's pending queue; the FIN goes on the AM lane. */
 Status rndv_put_pending(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, send.pending));
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
     if (rndv_put_issue(req) == Status::no_resource) return Status::no_resource;
-    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);
+    if (req->progress == rndv_fin_progress) (void)send_request_start(req);
     return Status::ok;
 }
 
 /** Starts the PUTs of @p req, queueing it on its lane while that lacks resources. */
 void rndv_put_start(Request* req) {
-    Ep* ep = req->send.ep;
-    if (req->send.rndv_lane == ep->am_lane) {
+    Ep* ep = req->ep;
+    if (req->lane == ep->am_lane) {
         // Behind the endpoint's queued sends, in the worker's queue (purged on failure).
-        req->send.progress = rndv_put_progress;
+        req->progress = rndv_put_progress;
         (void)send_request_start(req);
         return;
     }
-    uct::Ep* lane_ep = ep->lanes[req->send.rndv_lane].ep;
+    uct::Ep* lane_ep = ep->lanes[req->lane].ep;
     while (rndv_put_issue(req) == Status::no_resource) {
-        req->send.pending.func = rndv_put_pending;
-        Status s = uct::ep_pending_add(lane_ep, &req->send.pending, 0);
+        req->pending.func = rndv_put_pending;
+        Status s = uct::ep_pending_add(lane_ep, &req->pending, 0);
         if (s == Status::ok) return;
         if (s != Status::busy) {
             if (req->send.rndv_status == Status::ok) req->send.rndv_status = s;
@@ -569,7 +569,7 @@ void rndv_put_start(Request* req) {
     req->send.rndv_wait |= kSendIssuing;  // after a refused queue, nothing may be in flight
     rndv_put_check(req);
     req->send.rndv_wait &= ~kSendIssuing;
-    if (req->send.progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
+    if (req->progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
 }
 
 /** kAmRndvPutRtr: RndvRtrHdr + the receiver's packed key; PUT the tail of the message there. */
@@ -598,7 +598,7 @@ Status put_rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
                       hdr.offset, hdr.length, hdr.flags, total);
         return Status::ok;
     }
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     if (ep->flags & kEpFailed) return Status::ok;  // the endpoint failed the request already
     if (ep->remote_uuid != hdr.receiver_uuid) {
         LOOM_LOG_WARN("ucp: dropped a rendezvous ready-to-receive from {:016x} for a send to {:016x}",
@@ -612,7 +612,7 @@ Status put_rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
     if (lane != kNoLane && req->send.dt.contig()) {
         const WorkerIface& wi = w.ifaces[ep->lanes[lane].iface];
         if (!(wi.attr.cap_flags & uct::kCapPutZcopy) ||
-            (req->send.memh == uct::kMemHNull && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh))) {
+            (req->memh == uct::kMemHNull && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh))) {
             s = Status::unsupported;
         } else {
             key = wi.rsc->component->rkey_unpack(static_cast<const std::uint8_t*>(data) + sizeof(hdr),
@@ -631,8 +631,9 @@ Status put_rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
         return Status::ok;
     }
     req->send.rndv_rkey = *key;
-    req->send.rndv_lane = lane;
-    req->flags |= kReqRndv;  // Worker::complete releases the key (and the registration)
+    req->lane = lane;
+    req->flags |= kReqRelease;  // Worker::complete releases the key (and the registration)
+    req->release = rndv_send_release;
     req->send.rndv_raddr = hdr.address - hdr.offset;
     req->send.rndv_rreq_id = hdr.rreq_id;
     req->send.rndv_status = Status::ok;
@@ -650,7 +651,7 @@ Status put_rtr_handler(void* arg, void* data, std::size_t length, unsigned) {
 void rndv_recv_settle(Worker& w, Request* req) {
     if (req->recv.rndv_wait != 0) return;
     w.frags.erase(rndv_put_key(req));
-    if (req->recv.memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->recv.memh);
+    if (req->memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->memh);
     req->recv.dt.finish();
     w.complete(req, req->recv.comp.status);
 }
@@ -698,7 +699,7 @@ Status fin_handler(void* arg, void* data, std::size_t length, unsigned) {
 void rndv_get_done(uct::Completion* comp) {
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(comp) - offsetof(Request, recv.comp));
     Worker& w = *req->worker;
-    if (req->recv.memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->recv.memh);
+    if (req->memh != uct::kMemHNull) (void)req->recv.md->mem_dereg(req->memh);
     req->recv.rkey_component->rkey_release(req->recv.rkey);
     send_ack(w, req->recv.sender_uuid, kAmRndvAts, req->recv.sreq_id, comp->status);
     req->recv.dt.finish();
@@ -717,13 +718,13 @@ Status rndv_get_issue(Request* req) {
         uct::completion_update(&req->recv.comp, Status::endpoint_failure);
         return Status::ok;
     }
-    const Lane& lane = it->second->lanes[req->recv.lane];
+    const Lane& lane = it->second->lanes[req->lane];
     const std::size_t max_zcopy = std::max<std::size_t>(w.ifaces[lane.iface].attr.get.max_zcopy, 1);
     const std::size_t length = req->recv.received;  // where the GET ends: the message's end, or the split
     auto* buffer = static_cast<char*>(req->recv.dt.buffer);
     while (req->recv.get_offset < length) {
         const std::size_t chunk = std::min(max_zcopy, length - req->recv.get_offset);
-        uct::Iov iov{buffer + req->recv.get_offset, chunk, req->recv.memh};
+        uct::Iov iov{buffer + req->recv.get_offset, chunk, req->memh};
         ++req->recv.comp.count;
         Status s = uct::ep_get_zcopy(lane.ep, &iov, 1, req->recv.remote_address + req->recv.get_offset,
                                      req->recv.rkey.rkey, &req->recv.comp);
@@ -745,7 +746,7 @@ Status rndv_get_issue(Request* req) {
 }
 
 Status rndv_get_pending(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, recv.pending));
+    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
     return rndv_get_issue(req);
 }
 
@@ -753,9 +754,9 @@ Status rndv_get_pending(uct::PendingReq* pending) {
 void rndv_get_progress(Request* req) {
     while (rndv_get_issue(req) == Status::no_resource) {
         Worker& w = *req->worker;
-        const Lane& lane = w.ep_by_uuid[req->recv.sender_uuid]->lanes[req->recv.lane];
-        req->recv.pending.func = rndv_get_pending;
-        Status s = uct::ep_pending_add(lane.ep, &req->recv.pending, 0);
+        const Lane& lane = w.ep_by_uuid[req->recv.sender_uuid]->lanes[req->lane];
+        req->pending.func = rndv_get_pending;
+        Status s = uct::ep_pending_add(lane.ep, &req->pending, 0);
         if (s == Status::ok) return;
         if (s != Status::busy) {
             uct::completion_update(&req->recv.comp, s);
@@ -809,9 +810,9 @@ bool rndv_put_recv_start(Worker& w, Request* req, Ep* ep, std::uint8_t lane, con
         LOOM_LOG_DEBUG("ucp: rendezvous PUT not possible; the receiver GETs");
         return false;
     }
-    req->recv.memh = memh;
+    req->memh = memh;
     req->recv.md = rsc.md;
-    req->recv.lane = lane;
+    req->lane = lane;
     req->recv.rkey = sender_key;
     req->recv.rkey_component = rsc.component;
     req->recv.comp.status = Status::ok;
@@ -885,21 +886,21 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
         const std::size_t put_from = rndv_put_from(w, wi, rts.length);
         if (put_from < rts.length && rndv_put_recv_start(w, req, ep, lane, rts, rkey, rkey_len, put_from)) return;
         auto unpacked = wi.rsc->component->rkey_unpack(rkey, rkey_len);
-        req->recv.memh = uct::kMemHNull;
+        req->memh = uct::kMemHNull;
         if (unpacked && (wi.rsc->md_attr.flags & uct::MdAttr::kNeedMemh) && rts.length != 0) {
             auto memh = wi.rsc->md->mem_reg(req->recv.dt.buffer, rts.length, uct::kAccessLocalWrite);
             if (!memh) {
                 wi.rsc->component->rkey_release(*unpacked);
                 unpacked = memh.status();
             } else {
-                req->recv.memh = *memh;
+                req->memh = *memh;
             }
         }
         if (unpacked) {
             req->recv.rkey = *unpacked;
             req->recv.rkey_component = wi.rsc->component;
             req->recv.md = wi.rsc->md;
-            req->recv.lane = lane;
+            req->lane = lane;
             req->recv.remote_address = rts.address;
             req->recv.get_offset = 0;
             req->recv.received = rts.length;  // the GET's end
@@ -959,7 +960,7 @@ void send_local_done(Request* req) {
  */
 Status eager_short_progress(Request* req) {
     const std::size_t length = req->send.dt.length;
-    Status s = uct::ep_am_short(req->send.ep->am_ep, kAmEagerOnly, req->send.tag, req->send.dt.buffer,
+    Status s = uct::ep_am_short(req->ep->am_ep, kAmEagerOnly, req->send.tag, req->send.dt.buffer,
                                 static_cast<unsigned>(length));
     if (s == Status::no_resource) return s;
     req->send.dt.finish();
@@ -975,7 +976,7 @@ Status eager_short_progress(Request* req) {
 /** One bcopy message: the tag (or EagerSyncHdr) and the whole payload. */
 Status eager_bcopy_progress(Request* req) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     EagerSyncHdr hdr{req->send.tag, w.uuid, req->flags & kReqSync ? w.req_table.wire_id(req) : 0};
     const bool sync = req->flags & kReqSync;
     PackArg arg{req, &hdr, sync ? sizeof(EagerSyncHdr) : sizeof(Tag), req->send.dt.length};
@@ -995,7 +996,7 @@ Status eager_bcopy_progress(Request* req) {
 
 Status eager_multi_progress(Request* req) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     const std::size_t length = req->send.dt.length;
     do {
         ssize_t n;
@@ -1048,7 +1049,7 @@ Status am_pipeline_progress(Request* req) {
 
 std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     rts = RtsHdr{};
     rts.sender_uuid = w.uuid;
     rts.sreq_id = w.req_table.wire_id(req);
@@ -1063,18 +1064,19 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) 
     if (get) {
         const Lane& lane = ep->lanes[ep->rndv_lane];
         const ContextResource& rsc = *w.ifaces[lane.iface].rsc;
-        if (req->send.memh == uct::kMemHNull && (rsc.md_attr.flags & uct::MdAttr::kReg) && rts.length != 0) {
+        if (req->memh == uct::kMemHNull && (rsc.md_attr.flags & uct::MdAttr::kReg) && rts.length != 0) {
             auto memh = rsc.md->mem_reg(req->send.dt.buffer, rts.length, uct::kAccessRemoteGet | uct::kAccessLocalRead);
             if (memh) {
-                req->send.memh = *memh;
-                req->send.rndv_lane = ep->rndv_lane;
-                req->flags |= kReqRndv;
+                req->memh = *memh;
+                req->lane = ep->rndv_lane;
+                req->flags |= kReqRelease;
+                req->release = rndv_send_release;
             }
         }
         rkey_len = rsc.md_attr.rkey_packed_size;
         if (rkey_len <= kMaxRtsRkey &&
-            (req->send.memh != uct::kMemHNull || !(rsc.md_attr.flags & uct::MdAttr::kNeedRkey)) &&
-            (rkey_len == 0 || rsc.md->mkey_pack(req->send.memh, rkey_buf) == Status::ok)) {
+            (req->memh != uct::kMemHNull || !(rsc.md_attr.flags & uct::MdAttr::kNeedRkey)) &&
+            (rkey_len == 0 || rsc.md->mkey_pack(req->memh, rkey_buf) == Status::ok)) {
             rts.address = reinterpret_cast<std::uintptr_t>(req->send.dt.buffer);
             rts.iface_index = lane.remote_iface;
         } else {
@@ -1090,7 +1092,7 @@ namespace {
 /** Sends the RTS (registering the buffer for GET where the rendezvous lane allows). */
 Status rndv_rts_progress(Request* req) {
     Worker& w = *req->worker;
-    Ep* ep = req->send.ep;
+    Ep* ep = req->ep;
     std::uint8_t buf[sizeof(RtsHdr) + kMaxRtsRkey];
     RtsHdr rts;
     const std::size_t rkey_len = rndv_rts_prepare(req, rts, buf + sizeof(RtsHdr));
@@ -1178,7 +1180,7 @@ void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
         } else if (target.desc != nullptr) {
             // An unexpected message that will never be complete: nobody may receive it.
             if (target.desc->entry.queued()) {
-                w.tm.remove_unexpected(target.desc->entry);
+                tag_of(w).tm.remove_unexpected(target.desc->entry);
                 free_desc(w, target.desc);
             } else {
                 target.desc->complete = true;  // held by a probe handle: received as far as it got
@@ -1190,10 +1192,10 @@ void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
 
 Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     Worker& w = *ep->worker;
-    req->send.ep = ep;
+    req->ep = ep;
     req->send.tag = tag;
     req->send.offset = 0;
-    req->send.memh = uct::kMemHNull;
+    req->memh = uct::kMemHNull;
     req->send.msg_id = w.next_msg_id++;
     req->send.rndv_wait = 0;
     if (sync) req->flags |= kReqSync;
@@ -1204,7 +1206,7 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
         w.complete(req, Status::unsupported);
         return Status::unsupported;
     }
-    req->send.progress = range->progress;
+    req->progress = range->progress;
     if (sync || range->proto == &kTagRndv) {
         if (Status s = w.req_table.insert(req); s != Status::ok) {
             req->send.dt.finish();
@@ -1219,7 +1221,7 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
 
 void tag_recv_start(Worker& w, Request* req, UnexpDesc* desc, Tag tag, Tag mask) {
     req->flags |= kReqRecv;
-    req->recv.entry.link = {};
+    new (&req->recv.entry) TagRecvEntry{};  // the matcher's entry starts its life here
     req->recv.received = 0;
     req->recv.info = {0, 0};
     req->recv.comp.status = Status::ok;
@@ -1228,12 +1230,12 @@ void tag_recv_start(Worker& w, Request* req, UnexpDesc* desc, Tag tag, Tag mask)
     if (desc != nullptr) {
         recv_take_desc(w, req, desc);
     } else {
-        w.tm.push_expected(req->recv.entry, tag, mask);
+        tag_of(w).tm.push_expected(recv_entry(req), tag, mask);
     }
 }
 
 UnexpDesc* tag_probe(Worker& w, Tag tag, Tag mask, bool remove, TagRecvInfo* info) {
-    TagUnexpEntry* entry = w.tm.probe(tag, mask, remove);
+    TagUnexpEntry* entry = tag_of(w).tm.probe(tag, mask, remove);
     if (entry == nullptr) return nullptr;
     UnexpDesc* desc = desc_of(entry);
     if (info != nullptr) *info = TagRecvInfo{entry->tag, desc->length};
@@ -1252,10 +1254,11 @@ Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& 
 }
 
 void rndv_send_release(Request* req) {
+    request_release_memh(req);
     if (!(req->send.rndv_wait & kSendKeyHeld)) return;
     req->send.rndv_wait = 0;
-    const Ep* ep = req->send.ep;
-    req->worker->ifaces[ep->lanes[req->send.rndv_lane].iface].rsc->component->rkey_release(req->send.rndv_rkey);
+    const Ep* ep = req->ep;
+    req->worker->ifaces[ep->lanes[req->lane].iface].rsc->component->rkey_release(req->send.rndv_rkey);
     req->send.rndv_rkey = {};
 }
 

@@ -3,11 +3,67 @@
 
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
+#include "ucp/tag/tag_match.h"
+#include "ucs/memory/mem_pool.h"
 
 #include <cstddef>
+#include <new>
 #include <string>
 
 namespace loom::ucp {
+
+/** The tag family's slot in Worker::family_state (core/family.h). */
+inline constexpr std::uint8_t kTagSlot = 0;
+
+/** A message that arrived before a receive wanted it. */
+struct UnexpDesc {
+    TagUnexpEntry entry;
+    enum Kind : std::uint8_t { eager, rts } kind;
+    bool complete;          ///< every fragment has arrived
+    bool sync;              ///< acknowledge the match (sreq_id)
+    bool pooled;            ///< from the small-descriptor pool, else malloc'ed
+    std::uint64_t sender_uuid;
+    std::uint64_t sreq_id;
+    std::uint64_t msg_id;
+    std::size_t length;     ///< message bytes (eager) or rendezvous length
+    std::size_t received;   ///< eager bytes that arrived so far
+    Request* waiting;       ///< a receive that took the message before it was complete
+    // the data (eager) or RtsHdr + packed key (rts) follow
+    std::uint8_t* data() { return reinterpret_cast<std::uint8_t*>(this + 1); }
+};
+
+/** The tag family's state in a worker (tag_family.cc creates it). */
+struct TagWorker {
+    static constexpr std::size_t kSmallDescData = 512;
+    TagMatcher tm;
+    ucs::MemPool desc_pool;  ///< unexpected eager messages up to kSmallDescData bytes
+};
+
+/** @p w's tag state. */
+inline TagWorker& tag_of(Worker& w) { return *static_cast<TagWorker*>(w.family_state[kTagSlot]); }
+
+static_assert(sizeof(TagRecvEntry) <= sizeof(RecvMatchSlot) && alignof(TagRecvEntry) <= alignof(RecvMatchSlot));
+/** The matcher's entry of receive @p req (in Request::recv.entry). */
+inline TagRecvEntry& recv_entry(Request* req) {
+    return *std::launder(reinterpret_cast<TagRecvEntry*>(&req->recv.entry));
+}
+
+/** Registers the tag protocols' AM handlers on every iface of @p worker. */
+Status tag_register_handlers(Worker& worker);
+
+/** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
+void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
+
+/** Releases what a rendezvous send holds (its registration, the receiver's key for PUTs); a ProtoRelease. */
+void rndv_send_release(Request* req);
+
+/**
+ * @p ep failed or goes (marked so): empties its rendezvous lane's own pending queue when
+ * that is not the AM lane (queued GETs fail their receives; queued PUTs are left to the
+ * failure of Ep::outstanding, which must follow), and fails with @p status the receives
+ * waiting for the PUTs of its peer when @p ep is the one replies to that peer use.
+ */
+void rndv_ep_purge(Worker& worker, Ep* ep, Status status);
 
 /**
  * Starts a tagged send of @p req, whose send.dt is set: picks eager or rendezvous by

@@ -236,8 +236,8 @@ TEST_P(ProtoTableTest, RequestsRunTheSelectedProtocol) {
             const loom::ucp::Request* r = loom::ucp::request_of(req);
             const ProtoRange* selected = ep()->protos->select(s.op, true, size);
             ASSERT_NE(nullptr, selected);
-            const loom::ucp::ProtoProgress used = s.op == ProtoOp::put || s.op == ProtoOp::get ? r->rma.progress
-                                                                                             : r->send.progress;
+            const loom::ucp::ProtoProgress used = s.op == ProtoOp::put || s.op == ProtoOp::get ? r->progress
+                                                                                             : r->progress;
             EXPECT_EQ(selected->progress, used) << "the table says " << selected->proto->name;
             EXPECT_EQ(LOOM_OK, wait(req));
             if (recv != nullptr) {
