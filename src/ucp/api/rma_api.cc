@@ -261,7 +261,7 @@ loom_status_ptr_t loom_put_nbx(loom_ep_h ep_h, const void* buffer, size_t count,
     if (LOOM_LIKELY(param == nullptr && ep != nullptr && rkey != nullptr && buffer != nullptr && count != 0 &&
                     count <= rkey->put_short && !ep->worker->multi_threaded)) {
         const std::uint8_t lane = rma_lane(ep);
-        const std::uint32_t queued = lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+        const std::uint32_t queued = ep->queued_on(lane);
         if (LOOM_LIKELY(queued == 0 && !(ep->rma_flags & kRmaFence) &&
                         rma_check(ep, rkey, remote_addr, count, uct::kAccessRemotePut) == Status::ok)) {
             Status s = uct::ep_put_short(ep->lanes[lane].ep, buffer, static_cast<unsigned>(count), remote_addr,

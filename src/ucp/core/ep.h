@@ -39,6 +39,8 @@ struct Lane {
     std::uint8_t remote_iface = 0;  ///< the peer's iface index in its worker (RemoteIface::index)
     std::uint8_t state = kLaneReady;
     std::uint8_t remote_md = 0;     ///< the peer's memory domain this lane reaches (picks its remote key entry)
+    /** Requests send_request_start queued on this lane when it is not the AM lane (that one: Ep::num_pending). */
+    std::uint32_t queued = 0;
 };
 
 /** Error callback of an endpoint (the C API's loom_err_handler_cb_t). */
@@ -77,12 +79,18 @@ public:
     ucs::List<Request, &Request::ep_link> outstanding;  ///< sends not yet complete
     ucs::ListLink worker_link;
     Status failure;
-    std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these three fill padding
+    std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these two fill padding
     std::uint8_t wireup_lane;     ///< the lane wire-up messages use, kNoLane without ep-to-ep lanes
-    std::uint32_t rma_pending;    ///< RMA requests queued on an RMA lane that is not the AM lane
     EpErrorCallback on_error;
     void* on_error_arg;
     void* user_data;
+
+    /**
+     * The requests of the send queue waiting on lane @p lane (a new one must not overtake
+     * them): num_pending for the AM lane, which the eager fast path reads on the hot line.
+     */
+    std::uint32_t& queued_on(std::uint8_t lane) { return lane == am_lane ? num_pending : lanes[lane].queued; }
+    std::uint32_t queued_on(std::uint8_t lane) const { return lane == am_lane ? num_pending : lanes[lane].queued; }
 
     /** The uct endpoint of the lane over local iface @p iface, or kNoLane. */
     std::uint8_t lane_of_iface(std::uint8_t iface) const {

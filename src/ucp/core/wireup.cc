@@ -47,25 +47,10 @@ bool has_ep_to_ep_lanes(const Worker& worker, const Ep& ep) {
     return false;
 }
 
-/** Sends a queued control request on its lane (lane): ok (done) or no_resource. */
-Status lane_ctrl_progress(Request* req) {
-    Ep* ep = req->ep;
-    const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
-                                   ? req->send.ctrl_data
-                                   : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
-    ssize_t n = am_bcopy_bytes(ep->lanes[req->lane].ep, req->send.ctrl_am_id, data, req->send.ctrl_length);
-    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
-    req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
-    return Status::ok;
-}
-
-Status lane_ctrl_pending_cb(uct::PendingReq* pending) {
-    return lane_ctrl_progress(
-        reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending)));
-}
-
+/** Fails a control request queued on the wire-up lane (purge), counting it off the lane. */
 void purge_ctrl_cb(uct::PendingReq* pending, void* arg) {
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
+    --req->ep->lanes[req->lane].queued;
     req->worker->complete(req, *static_cast<Status*>(arg));
 }
 
@@ -316,21 +301,10 @@ void on_ack(Worker& worker, const WireupHdr& hdr) {
 Status Worker::send_ctrl_on_lane(Ep* ep, std::uint8_t lane, uct::AmId id, const void* data, std::size_t length) {
     if (lane == ep->am_lane) return send_ctrl(ep, id, data, length);
     if (ep->flags & kEpFailed) return ep->failure;
-    Request* req = make_ctrl_request(*this, ep, id, data, length);
+    Request* req = make_ctrl_request(*this, ep, lane, id, data, length);
     if (req == nullptr) return Status::no_memory;
-    req->lane = lane;
-    req->pending.func = lane_ctrl_pending_cb;
-    // pending_add first: it says busy only when nothing is queued and the lane has room,
-    // so messages on this lane keep their order.
-    for (;;) {
-        Status s = uct::ep_pending_add(ep->lanes[lane].ep, &req->pending, 0);
-        if (s == Status::ok) return Status::ok;
-        if (s != Status::busy) {
-            complete(req, s);
-            return s;
-        }
-        if (lane_ctrl_progress(req) == Status::ok) return Status::ok;
-    }
+    Status s = send_request_start(req, lane);
+    return s == Status::in_progress ? Status::ok : s;
 }
 
 Status Worker::send_wireup(Ep* ep) { return send_address_message(*this, ep, kWireupRequest, 0); }

@@ -619,11 +619,31 @@ ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t 
         &arg, 0);
 }
 
-Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* data, std::size_t length) {
+namespace {
+
+/** Sends control request @p req on its lane: ok (done, completed) or no_resource. */
+Status ctrl_progress(Request* req) {
+    Ep* ep = req->ep;
+    const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
+                                   ? req->send.ctrl_data
+                                   : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
+    uct::Ep* uep = req->lane == ep->am_lane ? ep->am_ep : ep->lanes[req->lane].ep;
+    ssize_t n = am_bcopy_bytes(uep, req->send.ctrl_am_id, data, req->send.ctrl_length);
+    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
+    req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
+    return Status::ok;
+}
+
+}  // namespace
+
+Request* make_ctrl_request(Worker& worker, Ep* ep, std::uint8_t lane, uct::AmId id, const void* data,
+                           std::size_t length) {
     Request* req = worker.alloc_request();
     if (req == nullptr) return nullptr;
     req->flags |= kReqCtrl;
     req->ep = ep;
+    req->lane = lane;
+    req->progress = ctrl_progress;
     req->send.ctrl_am_id = id;
     req->send.ctrl_length = static_cast<std::uint16_t>(length);
     if (length <= sizeof(req->send.ctrl_data)) {
@@ -640,21 +660,6 @@ Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* dat
     return req;
 }
 
-namespace {
-
-Status ctrl_progress(Request* req) {
-    Ep* ep = req->ep;
-    const std::uint8_t* data = req->send.ctrl_length <= sizeof(req->send.ctrl_data)
-                                   ? req->send.ctrl_data
-                                   : static_cast<const std::uint8_t*>(req->send.ctrl_heap);
-    ssize_t n = am_bcopy_bytes(ep->am_ep, req->send.ctrl_am_id, data, req->send.ctrl_length);
-    if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
-    req->worker->complete(req, n < 0 ? static_cast<Status>(n) : Status::ok);
-    return Status::ok;
-}
-
-}  // namespace
-
 Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t length) {
     if (ep->flags & kEpFailed) return ep->failure;
     if (ep->num_pending == 0) {
@@ -662,9 +667,8 @@ Status Worker::send_ctrl(Ep* ep, uct::AmId id, const void* data, std::size_t len
         if (n >= 0) return Status::ok;
         if (n != static_cast<ssize_t>(Status::no_resource)) return static_cast<Status>(n);
     }
-    Request* req = make_ctrl_request(*this, ep, id, data, length);
+    Request* req = make_ctrl_request(*this, ep, ep->am_lane, id, data, length);
     if (req == nullptr) return Status::no_memory;
-    req->progress = ctrl_progress;
     Status s = send_request_start(req);
     return s == Status::in_progress ? Status::ok : s;
 }
@@ -678,9 +682,10 @@ template <bool kAmLane>
 Status pending_cb(uct::PendingReq* pending) {
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
     Ep* ep = req->ep;  // the request may be gone once its step ran
+    const std::uint8_t req_lane = req->lane;
     Status s = req->progress(req);
     if (s == Status::no_resource) return s;
-    --(kAmLane ? ep->num_pending : ep->rma_pending);
+    --(kAmLane ? ep->num_pending : ep->lanes[req_lane].queued);
     return Status::ok;
 }
 
@@ -698,7 +703,9 @@ bool is_am_lane_queued(const uct::PendingReq* pending) { return pending->func ==
 Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
     Ep* ep = req->ep;
     const bool am_lane = lane == ep->am_lane;
-    std::uint32_t& queued = am_lane ? ep->num_pending : ep->rma_pending;
+    // Off the AM lane the request names its queue (pending_cb counts it off there).
+    LOOM_ASSERT(am_lane || req->lane == lane);
+    std::uint32_t& queued = ep->queued_on(lane);
     if (queued == 0) {
         Status s = req->progress(req);
         if (s != Status::no_resource) return s;

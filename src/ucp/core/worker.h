@@ -165,8 +165,8 @@ public:
 
     /**
      * Sends a control message on lane @p lane of @p ep: the AM lane goes through
-     * send_ctrl (ordered with the endpoint's other sends); another lane queues on its own
-     * pending queue when busy. ok or an error.
+     * send_ctrl (ordered with the endpoint's other sends), another lane through the same
+     * send queue (send_request_start) on that lane. ok or an error.
      */
     Status send_ctrl_on_lane(Ep* ep, std::uint8_t lane, uct::AmId id, const void* data, std::size_t length);
 
@@ -327,7 +327,7 @@ using SendFail = void (*)(Request* req, Status status);
 /**
  * The one send queue of an endpoint's lanes: runs @p req's protocol step (progress)
  * now, or queues it on lane @p lane behind that lane's earlier requests (counted in
- * Ep::num_pending on the AM lane, Ep::rma_pending on another), so nothing overtakes a
+ * Ep::queued_on(lane)), so nothing overtakes a
  * queued request. ok when the step ran (the protocol completes the request itself,
  * possibly later) or the request was queued; an error, the request failed through
  * @p fail, when it could not be queued.
@@ -340,8 +340,12 @@ inline Status send_request_start(Request* req) { return send_request_start(req, 
 /** Whether @p pending is a request send_request_start queued on a lane that is not the AM lane. */
 bool is_lane_queued(const uct::PendingReq* pending);
 
-/** A control request of @p ep holding a copy of @p data (message @p id); nullptr without memory. */
-Request* make_ctrl_request(Worker& worker, Ep* ep, uct::AmId id, const void* data, std::size_t length);
+/**
+ * A control request of @p ep holding a copy of @p data (message @p id) for lane @p lane,
+ * ready for send_request_start; nullptr without memory.
+ */
+Request* make_ctrl_request(Worker& worker, Ep* ep, std::uint8_t lane, uct::AmId id, const void* data,
+                           std::size_t length);
 
 /** Sends @p length bytes at @p data as one am_bcopy; returns what ep_am_bcopy returns. */
 ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t length);

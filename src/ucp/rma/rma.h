@@ -151,7 +151,7 @@ ssize_t rma_put_bcopy_bytes(uct::Ep* ep, const void* buffer, std::size_t length,
 LOOM_ALWAYS_INLINE Status rma_put_immediate(Ep* ep, const void* buffer, std::size_t length,
                                             std::uint64_t remote_addr, const RmaRkey* rkey) {
     const std::uint8_t lane = rma_lane(ep);
-    const std::uint32_t queued = lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+    const std::uint32_t queued = ep->queued_on(lane);
     if (LOOM_UNLIKELY(queued != 0 || (ep->rma_flags & kRmaFence))) return Status::no_resource;
     uct::Ep* uep = ep->lanes[lane].ep;
     if (length <= rkey->put_short) {

@@ -19,7 +19,7 @@
  * completes it.
  *
  * A request that finds the lane busy waits in the lane's pending queue (send_request_start:
- * counted in Ep::num_pending on the AM lane, else in Ep::rma_pending); later operations
+ * counted by Ep::queued_on(lane)); later operations
  * queue behind it, so they stay in order.
  */
 #include "ucp/rma/rma.h"
@@ -54,7 +54,7 @@ const WorkerIface& lane_iface(const Ep* ep, std::uint8_t lane) {
 
 /** Requests of @p ep's RMA lane queued before a new one (which must not overtake them). */
 std::uint32_t queued_on_lane(const Ep* ep, std::uint8_t lane) {
-    return lane == ep->am_lane ? ep->num_pending : ep->rma_pending;
+    return ep->queued_on(lane);
 }
 
 /** Completes operation @p req with @p status (or the error of an earlier part). */
@@ -640,8 +640,12 @@ void purge_cb(uct::PendingReq* pending, void* a) {
         return;
     }
     auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
-    --arg->ep->rma_pending;
-    finish(req, arg->status, nullptr);
+    --arg->ep->lanes[req->lane].queued;
+    if (req->flags & kReqRma) {
+        finish(req, arg->status, nullptr);
+    } else {
+        req->worker->complete(req, arg->status);  // a control message sharing the lane
+    }
 }
 
 }  // namespace
@@ -655,10 +659,9 @@ namespace {
  */
 void rma_ep_purge(Worker&, Ep* ep, Status status) {
     const std::uint8_t lane = rma_lane(ep);
-    if (lane == ep->am_lane || ep->rma_pending == 0) return;
+    if (lane == ep->am_lane || ep->lanes[lane].queued == 0) return;
     PurgeArg arg{ep, status, {}};
     uct::ep_pending_purge(ep->lanes[lane].ep, purge_cb, &arg);
-    ep->rma_pending = 0;
     if (arg.others.empty()) return;
     // Another protocol's requests shared the queue (rendezvous GETs of this lane): run once
     // more, they find the endpoint failed and fail themselves.
