@@ -553,17 +553,9 @@ void am_family_cleanup(Worker& w) {
     delete am;
 }
 
-const ProtoFamily kAmFamily{
-    .name = "active message",
-    .slot = kAmSlot,
-    .init = am_family_init,
-    .cleanup = am_family_cleanup,
-    .destroy = nullptr,
-    .ep_purge = nullptr,
-    .ep_failed = nullptr,
-    .ep_closed = nullptr,
-    .flush_done = nullptr,
-};
+const ProtoFamily kAmFamily{.name = "active message", .slot = kAmSlot,
+                            .init = am_family_init,
+                            .cleanup = am_family_cleanup};
 LOOM_FAMILY_REGISTER(kAmFamily);
 
 }  // namespace

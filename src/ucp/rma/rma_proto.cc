@@ -739,17 +739,11 @@ void rma_family_destroy(Worker& w) {
     w.family_state[kRmaSlot] = nullptr;
 }
 
-const ProtoFamily kRmaFamily{
-    .name = "RMA",
-    .slot = kRmaSlot,
-    .init = rma_family_init,
-    .cleanup = nullptr,
-    .destroy = rma_family_destroy,
-    .ep_purge = rma_ep_purge,
-    .ep_failed = nullptr,
-    .ep_closed = nullptr,
-    .flush_done = rma_flush_done,
-};
+const ProtoFamily kRmaFamily{.name = "RMA", .slot = kRmaSlot,
+                             .init = rma_family_init,
+                             .destroy = rma_family_destroy,
+                             .ep_purge = rma_ep_purge,
+                             .flush_done = rma_flush_done};
 LOOM_FAMILY_REGISTER(kRmaFamily);
 
 }  // namespace

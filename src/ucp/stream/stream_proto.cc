@@ -318,17 +318,11 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
     sw->eps.erase(ep);
 }
 
-const ProtoFamily kStreamFamily{
-    .name = "stream",
-    .slot = kStreamSlot,
-    .init = stream_family_init,
-    .cleanup = stream_family_cleanup,
-    .destroy = nullptr,
-    .ep_purge = nullptr,
-    .ep_failed = stream_ep_failed,
-    .ep_closed = stream_ep_closed,
-    .flush_done = nullptr,
-};
+const ProtoFamily kStreamFamily{.name = "stream", .slot = kStreamSlot,
+                                .init = stream_family_init,
+                                .cleanup = stream_family_cleanup,
+                                .ep_failed = stream_ep_failed,
+                                .ep_closed = stream_ep_closed};
 LOOM_FAMILY_REGISTER(kStreamFamily);
 
 }  // namespace

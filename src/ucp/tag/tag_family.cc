@@ -52,17 +52,11 @@ void tag_family_cleanup(Worker& w) {
 
 void tag_family_ep_failed(Worker& w, Ep* ep, Status status) { tag_fail_peer_receives(w, ep->remote_uuid, status); }
 
-const ProtoFamily kTagFamily{
-    .name = "tag",
-    .slot = kTagSlot,
-    .init = tag_family_init,
-    .cleanup = tag_family_cleanup,
-    .destroy = nullptr,
-    .ep_purge = rndv_ep_purge,
-    .ep_failed = tag_family_ep_failed,
-    .ep_closed = nullptr,
-    .flush_done = nullptr,
-};
+const ProtoFamily kTagFamily{.name = "tag", .slot = kTagSlot,
+                             .init = tag_family_init,
+                             .cleanup = tag_family_cleanup,
+                             .ep_purge = rndv_ep_purge,
+                             .ep_failed = tag_family_ep_failed};
 LOOM_FAMILY_REGISTER(kTagFamily);
 
 }  // namespace
