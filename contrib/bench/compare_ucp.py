@@ -16,7 +16,11 @@ Transports are chosen as the applications do: LOOM_TLS for Loom, UCX_TLS for UCX
 tcp: LOOM_TLS=tcp against UCX_TLS=tcp, both restricted to the lo device).
 
     contrib/bench/compare_ucp.py [--repeats 5] [--quick] [--loom build/install/bin/loom_perftest]
-                                 [--only SUBSTRING]
+                                 [--only SUBSTRING] [--baseline-loom OTHER/loom_perftest]
+
+--baseline-loom puts another Loom build in UCX's place (same LOOM_TLS settings on both
+sides): a before/after comparison of a change, e.g. the build of the commit before it
+(git worktree add ../before REV, build it, pass its bin/loom_perftest).
 """
 import argparse
 import os
@@ -103,11 +107,20 @@ def main():
     p.add_argument("--loom", default="build/install/bin/loom_perftest")
     p.add_argument("--ucx", default=shutil.which("ucx_perftest") or "ucx_perftest")
     p.add_argument("--only", default="", help="run only cases whose 'transport name' contains this")
+    p.add_argument("--baseline-loom", default="",
+                   help="another Loom build's loom_perftest as the baseline instead of UCX (before/after)")
     a = p.parse_args()
     if not os.path.exists(a.loom):
         sys.exit(f"compare_ucp: {a.loom} not found (make install, or give --loom)")
-    if not shutil.which(a.ucx):
-        sys.exit("compare_ucp: ucx_perftest not found (apt-get install ucx-utils)")
+    if a.baseline_loom:
+        if not os.path.exists(a.baseline_loom):
+            sys.exit(f"compare_ucp: {a.baseline_loom} not found")
+        a.ucx = a.baseline_loom
+        base_name = f"baseline ({a.baseline_loom})"
+    else:
+        if not shutil.which(a.ucx):
+            sys.exit("compare_ucp: ucx_perftest not found (apt-get install ucx-utils)")
+        base_name = "UCX 1.13"
     scale = 5 if a.quick else 1
     rows = []
     for tl, (loom_env, ucx_env) in TRANSPORTS.items():
@@ -118,16 +131,17 @@ def main():
             n = max(iters // scale, 10)
             w = max(warmup // scale, 1)
             lv, uv = [], []
+            base_env = loom_env if a.baseline_loom else ucx_env
             for _ in range(a.repeats):
                 r = run_pair(a.loom, loom_env, args, n, w)
                 if r:
                     lv.append(r)
-                r = run_pair(a.ucx, ucx_env, args, n, w)
+                r = run_pair(a.ucx, base_env, args, n, w)
                 if r:
                     uv.append(r)
             rows.append((full, kind, n, lv, uv))
             show = "lat" if kind == "lat" else kind
-            print(f"# {full}: loom {[x[show] for x in lv]} ucx {[x[show] for x in uv]}", file=sys.stderr)
+            print(f"# {full}: loom {[x[show] for x in lv]} baseline {[x[show] for x in uv]}", file=sys.stderr)
 
     def med(vals, key):
         return statistics.median(v[key] for v in vals) if vals else None
@@ -139,10 +153,13 @@ def main():
         return "n/a" if not num or not den else f"{num / den:.2f}x"
 
     print(f"Command: contrib/bench/compare_ucp.py --repeats {a.repeats}{' --quick' if a.quick else ''}"
-          f"{' --only ' + repr(a.only) if a.only else ''}")
+          f"{' --only ' + repr(a.only) if a.only else ''}"
+          f"{' --baseline-loom ' + a.baseline_loom if a.baseline_loom else ''}")
     print(f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; medians of "
-          f"{a.repeats} runs, Loom and UCX alternating; ratio < 1 means Loom is better\n")
-    print("| case | iters | unit | Loom | UCX 1.13 | ratio | Loom avg | UCX avg | avg ratio |")
+          f"{a.repeats} runs, Loom ({a.loom}) and {base_name} alternating; ratio < 1 means Loom is better\n")
+    short = "baseline" if a.baseline_loom else "UCX"
+    print(f"| case | iters | unit | Loom | {'baseline' if a.baseline_loom else 'UCX 1.13'} | ratio | Loom avg "
+          f"| {short} avg | avg ratio |")
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for full, kind, n, lv, uv in rows:
         if kind == "lat":
