@@ -1,14 +1,15 @@
 /**
  * Active messages: handler registration, the eager protocols (short, one bcopy,
- * fragments reassembled into a descriptor), rendezvous through the tag protocol's
- * machinery (tag_proto.h: RTS fields, GET or AM pipeline, ATS), and the receive side
+ * fragments reassembled into a descriptor), rendezvous through src/ucp/rndv (rndv.h:
+ * RTS fields, the receiver's scheme, ATS), and the receive side
  * that calls the application's handlers. docs/protocols.md describes the wire.
  */
 #include "ucp/am/am_proto.h"
 
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
-#include "ucp/tag/rndv_thresh.h"
+#include "ucp/rndv/rndv.h"
+#include "ucp/rndv/rndv_thresh.h"
 #include "ucp/tag/tag_proto.h"
 
 #include <fmt/format.h>

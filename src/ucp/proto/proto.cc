@@ -66,6 +66,14 @@ std::size_t range_end(const std::vector<Candidate>& cands, const Candidate& best
     return end;
 }
 
+static_assert(static_cast<unsigned>(ProtoOp::rndv_recv) == kNumProtoOps - 1, "build_order takes the last class first");
+
+/**
+ * The class built @p k-th: rndv_recv first, because the senders' rendezvous protocols
+ * read which schemes the receiver runs (ProtoInit::table), then the others in order.
+ */
+ProtoOp build_order(unsigned k) { return k == 0 ? ProtoOp::rndv_recv : static_cast<ProtoOp>(k - 1); }
+
 std::string size_text(std::size_t size) { return size == SIZE_MAX ? "inf" : std::to_string(size); }
 
 std::string cost_text(const ProtoCaps& caps) {
@@ -89,6 +97,7 @@ const char* proto_op_name(ProtoOp op) {
     case ProtoOp::put: return "put";
     case ProtoOp::get: return "get";
     case ProtoOp::atomic: return "atomic";
+    case ProtoOp::rndv_recv: return "rndv receive";
     }
     return "?";
 }
@@ -99,10 +108,10 @@ std::unique_ptr<ProtoTable> ProtoTable::build(const Worker& worker, const Ep& ep
     auto table = std::make_unique<ProtoTable>();
     const ContextConfig& cfg = worker.context.config();
     const bool user_thresh = cfg.rndv_thresh != ucs::config::kSizeAuto;
-    for (unsigned op_index = 0; op_index < kNumProtoOps; ++op_index) {
-        const auto op = static_cast<ProtoOp>(op_index);
+    for (unsigned k = 0; k < kNumProtoOps; ++k) {
+        const ProtoOp op = build_order(k);
         for (bool contig : {true, false}) {
-            const ProtoInit init{worker, ep, cfg, op, contig, user_thresh, cfg.rndv_thresh};
+            const ProtoInit init{worker, ep, cfg, op, contig, user_thresh, cfg.rndv_thresh, *table};
             std::vector<Candidate> cands;
             for (const Proto* proto : registry()) {
                 if (!(proto->ops & proto_op_bit(op)) || (!contig && !proto->noncontig)) continue;

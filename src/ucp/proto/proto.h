@@ -12,7 +12,10 @@
  * operation class and contiguity, the size ranges and the protocol serving each: the
  * cheapest by the model where several can, the user's LOOM_RNDV_THRESH overriding the
  * model. The send paths, the API fast paths (through the short limits cached in Ep),
- * LOOM_PROTO_INFO and `loom_info -e` all read this one table.
+ * LOOM_PROTO_INFO and `loom_info -e` all read this one table. So does the receiver of a
+ * rendezvous: its schemes (GET, PUT, their split, the AM pipeline; src/ucp/rndv) are the
+ * protocols of class rndv_recv, which LOOM_RNDV_SCHEME forces as LOOM_RNDV_THRESH forces
+ * a threshold.
  */
 #pragma once
 
@@ -29,6 +32,7 @@ namespace loom::ucp {
 
 class Worker;
 class Ep;
+class ProtoTable;
 struct WorkerIface;
 struct ContextConfig;
 
@@ -48,8 +52,14 @@ enum class ProtoOp : std::uint8_t {
     put,
     get,
     atomic,
+    /**
+     * The receiver's side of a rendezvous: how a matched RTS's data moves, by the
+     * message's size; contiguous means both buffers are and the sender offered its own
+     * (RtsHdr::address). Built first: the senders' rendezvous protocols read it.
+     */
+    rndv_recv,
 };
-inline constexpr unsigned kNumProtoOps = 9;
+inline constexpr unsigned kNumProtoOps = 10;
 
 /** Bit of @p op in Proto::ops. */
 constexpr std::uint32_t proto_op_bit(ProtoOp op) { return 1u << static_cast<unsigned>(op); }
@@ -74,6 +84,8 @@ struct ProtoInit {
     /** The user set where rendezvous starts (LOOM_RNDV_THRESH, user_rndv_thresh); else the model decides. */
     bool user_thresh;
     std::size_t user_rndv_thresh;
+    /** The classes built so far: rndv_recv comes first (ProtoTable::build). */
+    const ProtoTable& table;
 
     /** The iface of lane @p lane of the endpoint. */
     const WorkerIface& lane_iface(std::uint8_t lane) const;

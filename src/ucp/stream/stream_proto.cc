@@ -7,7 +7,7 @@
 
 #include "ucp/core/ucp_log.h"
 #include "ucp/core/wire.h"
-#include "ucp/tag/rndv_thresh.h"
+#include "ucp/rndv/rndv_thresh.h"
 
 #include <fmt/format.h>
 

@@ -3,6 +3,7 @@
  * the pool of small unexpected-message descriptors), handlers, and what it does when an
  * endpoint fails or the worker goes.
  */
+#include "ucp/rndv/rndv.h"
 #include "ucp/tag/tag_proto.h"
 
 #include <cstdlib>

@@ -2,9 +2,12 @@
  * The protocol table (src/ucp/proto): what LOOM_PROTO_INFO and `loom_info -e` print is
  * what the send paths do. For every operation class and a sweep of sizes the protocol the
  * printout names is the one the table selects, the API fast paths stop where the table's
- * short range does, and requests really run the selected protocol.
+ * short range does, requests really run the selected protocol, and a rendezvous receiver
+ * runs the scheme its endpoint's table prints.
  */
+#include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp/api/handles.h"
 #include "ucp/core/worker.h"
 #include "ucp_pair.h"
 
@@ -155,7 +158,7 @@ TEST_P(ProtoTableTest, PrintoutIsTheDispatchersTable) {
 /** Every class of the printout that a protocol serves has at least one range. */
 TEST_P(ProtoTableTest, EveryMessageClassIsServedFromZero) {
     for (ProtoOp op : {ProtoOp::tag, ProtoOp::tag_sync, ProtoOp::am, ProtoOp::am_eager, ProtoOp::am_rndv,
-                       ProtoOp::stream}) {
+                       ProtoOp::stream, ProtoOp::rndv_recv}) {
         for (bool contig : {true, false}) {
             const auto& cls = ep()->protos->ranges(op, contig);
             ASSERT_NE(0u, cls.count) << class_name(op, contig);
@@ -163,6 +166,76 @@ TEST_P(ProtoTableTest, EveryMessageClassIsServedFromZero) {
             EXPECT_EQ(SIZE_MAX, cls.ranges[cls.count - 1].last) << class_name(op, contig);
             for (unsigned i = 1; i < cls.count; ++i) {
                 EXPECT_EQ(cls.ranges[i - 1].last + 1, cls.ranges[i].first) << class_name(op, contig);
+            }
+        }
+    }
+}
+
+/** The scheme rndv_recv_start says it runs for a @p size-byte message ("" when it said nothing). */
+std::string scheme_run(const std::string& log, std::size_t size) {
+    const std::string what = "rendezvous receive of " + std::to_string(size) + " B from ";
+    const std::size_t at = log.find(what);
+    if (at == std::string::npos) return {};
+    const std::size_t by = log.find(" by ", at);
+    const std::size_t eol = log.find('\n', at);
+    if (by == std::string::npos || by > eol) return {};
+    return log.substr(by + 4, eol - by - 4);
+}
+
+/**
+ * For every LOOM_RNDV_SCHEME and a sweep of sizes around every printed boundary, the
+ * scheme a rendezvous receive runs is the one the printout of the receiver's endpoint
+ * (the one replies go on) names for that size: contiguous buffers, and an iov receive.
+ */
+TEST_P(ProtoTableTest, TheReceiverRunsThePrintedScheme) {
+    for (const char* scheme : {"auto", "get_zcopy", "put_zcopy", "get_put", "am"}) {
+        SCOPED_TRACE(scheme);
+        init({{"LOOM_RNDV_SCHEME", scheme}, {"LOOM_RNDV_THRESH", "0"}});  // every size by rendezvous
+        std::vector<char> data(4 << 20, 0x3c), in(4 << 20);
+        // Connected both ways: the receiver answers on its endpoint to the sender.
+        loom_status_ptr_t first = loom_tag_recv_nbx(receiver_, in.data(), 8, 1, ~0ull, nullptr);
+        ASSERT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep_, data.data(), 8, 1, nullptr)));
+        ASSERT_EQ(LOOM_OK, wait(first));
+        loom::ucp::Worker& rw = *receiver_->impl;
+        auto back = rw.ep_by_uuid.find(ep()->worker->uuid);
+        ASSERT_NE(rw.ep_by_uuid.end(), back);
+        const Ep& rep = *back->second;
+        const std::string printout = rw.describe_protocols(rep, "");
+        for (bool contig : {true, false}) {
+            SCOPED_TRACE(class_name(ProtoOp::rndv_recv, contig));
+            const auto printed = parse(printout);
+            auto it = printed.find(class_name(ProtoOp::rndv_recv, contig));
+            ASSERT_NE(printed.end(), it) << printout;
+            std::set<std::size_t> sizes{0, 1, 4096, 8191, 8192, 65536, 1 << 20, 4 << 20};
+            for (const PrintedRange& r : it->second) {
+                for (std::size_t b : {r.first, r.last}) {
+                    if (b != SIZE_MAX) sizes.insert(b);
+                    if (b != 0 && b != SIZE_MAX) sizes.insert(b - 1);
+                    if (b < (4u << 20)) sizes.insert(b + 1);
+                }
+            }
+            for (std::size_t size : sizes) {
+                if (size > data.size()) continue;
+                const PrintedRange* shown = nullptr;
+                for (const PrintedRange& r : it->second) {
+                    if (r.first <= size && size <= r.last) shown = &r;
+                }
+                ASSERT_NE(nullptr, shown) << size << " B: nothing printed\n" << printout;
+                loom::test::LogCapture log("warn,ucp=debug");
+                loom_request_param_t p{};
+                loom_dt_iov_t riov[2] = {{in.data(), size / 2}, {in.data() + size / 2, data.size() - size / 2}};
+                if (!contig) {
+                    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+                    p.datatype = loom_dt_make_iov();
+                }
+                loom_status_ptr_t rreq = contig ? loom_tag_recv_nbx(receiver_, in.data(), size, 5, ~0ull, nullptr)
+                                                : loom_tag_recv_nbx(receiver_, riov, 2, 5, ~0ull, &p);
+                loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 5, nullptr);
+                ASSERT_EQ(LOOM_OK, wait(sreq)) << size;
+                ASSERT_EQ(LOOM_OK, wait(rreq)) << size;
+                const std::string run = scheme_run(log.text(), size);
+                EXPECT_EQ(0u, shown->text.rfind(run + " ", 0))
+                    << size << " B: the receiver ran \"" << run << "\", the printout says \"" << shown->text << "\"";
             }
         }
     }

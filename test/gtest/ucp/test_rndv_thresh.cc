@@ -1,12 +1,12 @@
 /**
- * The automatic rendezvous threshold (src/ucp/tag/rndv_thresh.h): the model's formula on
+ * The automatic rendezvous threshold (src/ucp/rndv/rndv_thresh.h): the model's formula on
  * synthetic figures (floor, cap, registration, zero-copy overhead), and what endpoints
  * over the real transports get from their figures, with LOOM_RNDV_THRESH overriding it.
  */
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
 #include "ucp/core/ep.h"
-#include "ucp/tag/rndv_thresh.h"
+#include "ucp/rndv/rndv_thresh.h"
 #include "ucp/tag/tag_proto.h"
 
 #include <gtest/gtest.h>

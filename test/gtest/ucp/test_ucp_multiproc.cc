@@ -8,6 +8,7 @@
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
 #include "ucp/core/request.h"
+#include "ucp/rndv/rndv.h"
 #include "ucp/tag/tag_proto.h"
 #include "ucp_side.h"
 

@@ -8,6 +8,7 @@
 #include "ucp/api/handles.h"
 #include "ucp/core/ep.h"
 #include "ucp/core/wire.h"
+#include "ucp/rndv/rndv.h"
 #include "ucp/tag/tag_proto.h"
 #include "ucp_pair.h"
 

@@ -56,8 +56,17 @@ PerfLine eager_cost_line(const RndvModelInput& in);
 /** Rendezvous's cost line of the model above; false when the model cannot price it (no GET lane). */
 bool rndv_cost_line(const RndvModelInput& in, PerfLine& line);
 
-/** What the model reads of the endpoint a protocol table is built for. */
-RndvModelInput rndv_model_input(const ProtoInit& init);
+/**
+ * What the model reads of the endpoint a protocol table is built for: the AM lane, and
+ * the rendezvous lane where @p zcopy (the receiver moves the data over it).
+ */
+RndvModelInput rndv_model_input(const ProtoInit& init, bool zcopy);
+
+/**
+ * Whether the receiver's schemes on init.ep move contiguous data over the rendezvous
+ * lane somewhere (class rndv_recv of init.table, built before the senders' classes).
+ */
+bool rndv_zcopy(const ProtoInit& init);
 
 /**
  * The largest size eager protocols carry in class init.op: below the user's threshold, or
@@ -92,7 +101,14 @@ std::string eager_fragments_describe(const ProtoInit& init, const ProtoCaps& cap
 /** Proto::init of every rendezvous protocol (rndv_caps; rendezvous always can run). */
 const char* rndv_proto_init(const ProtoInit& init, ProtoCaps& caps);
 
-/** The rendezvous lane init.ep uses (its GET/PUT lane, else the AM lane for the AM pipeline). */
+/**
+ * LOOM_RNDV_SCHEME=auto: the size from which a rendezvous over the lane of iface @p wi
+ * splits (the receiver GETs the head, the sender PUTs the tail); SIZE_MAX: never on that
+ * lane. From the lane's device type and performance model (docs/protocols.md).
+ */
+std::size_t rndv_split_min(const WorkerIface& wi);
+
+/** The rendezvous lane init.ep uses (its GET/PUT lane where rndv_zcopy, else the AM lane for the AM pipeline). */
 std::uint8_t rndv_lane_of(const ProtoInit& init);
 
 }  // namespace loom::ucp

@@ -1,6 +1,7 @@
-#include "ucp/tag/rndv_thresh.h"
+#include "ucp/rndv/rndv_thresh.h"
 
 #include "ucp/core/worker.h"
+#include "ucp/rndv/rndv.h"
 
 #include <fmt/format.h>
 
@@ -67,16 +68,41 @@ std::size_t rndv_thresh_auto(const RndvModelInput& in) {
     return std::max(floor, static_cast<std::size_t>(size));
 }
 
-std::uint8_t rndv_lane_of(const ProtoInit& init) {
-    return init.ep.rndv_lane != kNoLane && init.config.rndv_scheme != RndvScheme::am ? init.ep.rndv_lane
-                                                                                     : init.ep.am_lane;
+std::size_t rndv_split_min(const WorkerIface& wi) {
+    const uct::IfaceAttr& a = wi.attr;
+    constexpr std::uint64_t kZcopyRma = uct::kCapPutZcopy | uct::kCapGetZcopy;
+    // Memory devices: the process that issues a zero-copy GET or PUT copies the bytes with
+    // its own core, so a GET by the receiver and a PUT by the sender run on two cores at
+    // once. On a network device the adapter or the kernel moves them either way, and the
+    // split only adds a message (measured on tcp: no gain; docs/protocols.md).
+    if (wi.rsc->tl.dev_type != uct::DeviceType::shm || (a.cap_flags & kZcopyRma) != kZcopyRma ||
+        !(a.bandwidth_dedicated > 0)) {
+        return SIZE_MAX;
+    }
+    // It saves half the copy, S / 2B. It costs two messages on the critical path (the
+    // sender starts its PUTs when the RTR arrived; the receiver completes when the FIN
+    // did) and a registration on each side (the receiver's buffer; the sender unpacks its
+    // key). Worth it from where the saving is twice that cost: on shm ~50 KB, where
+    // measured tag_lat crosses over between 32 and 64 KiB (docs/protocols.md).
+    const double reg = (wi.rsc->md_attr.flags & uct::MdAttr::kReg) ? wi.rsc->md_attr.reg_cost_overhead : 0;
+    const double cost = 2 * (a.latency.c + a.overhead) + 2 * reg;
+    const double from = 2 * (2 * a.bandwidth_dedicated * cost);
+    return std::max<std::size_t>(static_cast<std::size_t>(std::ceil(from)), 2 * 4096);  // the split is never 0
 }
 
-RndvModelInput rndv_model_input(const ProtoInit& init) {
+bool rndv_zcopy(const ProtoInit& init) {
+    if (init.ep.rndv_lane == kNoLane) return false;
+    const ProtoTable::Class& c = init.table.ranges(ProtoOp::rndv_recv, true);
+    return std::any_of(c.ranges, c.ranges + c.count, [](const ProtoRange& r) { return r.proto != &kRndvAm; });
+}
+
+std::uint8_t rndv_lane_of(const ProtoInit& init) { return rndv_zcopy(init) ? init.ep.rndv_lane : init.ep.am_lane; }
+
+RndvModelInput rndv_model_input(const ProtoInit& init, bool zcopy) {
     RndvModelInput model;
     const WorkerIface& am = init.lane_iface(init.ep.am_lane);
     model.eager = &am.attr;
-    if (init.ep.rndv_lane != kNoLane && init.config.rndv_scheme != RndvScheme::am) {
+    if (zcopy && init.ep.rndv_lane != kNoLane) {
         const WorkerIface& rndv = init.lane_iface(init.ep.rndv_lane);
         model.rndv = &rndv.attr;
         model.rndv_md = &rndv.rsc->md_attr;
@@ -98,7 +124,7 @@ bool eager_max_size(const ProtoInit& init, std::size_t& max) {
     }
     // Where rendezvous never pays on time, it still keeps a receiver from buffering an
     // unexpected message whole.
-    max = std::max(kRndvThreshMax, rndv_model_input(init).max_short + 1) - 1;
+    max = std::max(kRndvThreshMax, rndv_model_input(init, rndv_zcopy(init)).max_short + 1) - 1;
     return true;
 }
 
@@ -113,7 +139,7 @@ void rndv_caps(const ProtoInit& init, ProtoCaps& caps) {
         caps.forced = "LOOM_RNDV_THRESH";
         return;
     }
-    const RndvModelInput model = rndv_model_input(init);
+    const RndvModelInput model = rndv_model_input(init, rndv_zcopy(init));
     caps.min_size = model.max_short + 1;  // see rndv_thresh_auto
     caps.fallback = !rndv_cost_line(model, caps.cost);
 }
@@ -121,7 +147,7 @@ void rndv_caps(const ProtoInit& init, ProtoCaps& caps) {
 const char* eager_caps(const ProtoInit& init, ProtoCaps& caps) {
     if (!eager_max_size(init, caps.max_size)) return "LOOM_RNDV_THRESH=0: every size goes by rendezvous";
     caps.lane = init.ep.am_lane;
-    caps.cost = eager_cost_line(rndv_model_input(init));
+    caps.cost = eager_cost_line(rndv_model_input(init, rndv_zcopy(init)));
     return nullptr;
 }
 

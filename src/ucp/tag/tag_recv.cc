@@ -1,0 +1,376 @@
+/**
+ * Tagged messages, the receiving side: tag's AM handlers (eager messages in one piece or
+ * in fragments, the RTS, and the acknowledgement of a synchronous send, which arrives at
+ * its sender), the unexpected queue's descriptors, the start of a receive, probe and
+ * immediate receive, and the failure of a peer's receives. A matched RTS goes to
+ * src/ucp/rndv (rndv_recv_start). docs/protocols.md describes the wire.
+ */
+#include "ucp/tag/tag_proto.h"
+
+#include "ucp/core/ucp_log.h"
+#include "ucp/core/wire.h"
+#include "ucp/rndv/rndv.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace loom::ucp {
+
+namespace {
+
+Request* recv_of(TagRecvEntry* entry) {
+    return reinterpret_cast<Request*>(reinterpret_cast<char*>(entry) - offsetof(Request, recv.entry));
+}
+UnexpDesc* desc_of(TagUnexpEntry* entry) { return reinterpret_cast<UnexpDesc*>(entry); }
+
+void free_desc(Worker& w, UnexpDesc* desc) {
+    if (desc->pooled) {
+        tag_of(w).desc_pool.put(desc);
+    } else {
+        std::free(desc);
+    }
+}
+
+/** A descriptor with room for @p data_length bytes after it; nullptr without memory. */
+UnexpDesc* alloc_desc(Worker& w, std::size_t data_length) {
+    UnexpDesc* desc;
+    bool pooled = data_length <= TagWorker::kSmallDescData;
+    if (pooled) {
+        desc = static_cast<UnexpDesc*>(tag_of(w).desc_pool.get());
+    } else {
+        desc = static_cast<UnexpDesc*>(std::malloc(sizeof(UnexpDesc) + data_length));
+    }
+    if (desc == nullptr) return nullptr;
+    desc->entry.hash_link = {};
+    desc->entry.order_link = {};
+    desc->pooled = pooled;
+    desc->sync = false;
+    desc->complete = true;
+    desc->sender_uuid = 0;
+    desc->sreq_id = 0;
+    desc->msg_id = 0;
+    desc->received = 0;
+    desc->waiting = nullptr;
+    return desc;
+}
+
+}  // namespace
+
+namespace {
+
+/** Stores @p len bytes at @p offset of @p req's message, dropping what exceeds its buffer. */
+void recv_store(Request* req, std::size_t offset, const void* src, std::size_t len) {
+    const std::size_t capacity = req->recv.dt.length;
+    if (offset >= capacity) return;
+    const std::size_t n = std::min(len, capacity - offset);
+    if (Status s = req->recv.dt.unpack(offset, src, n); s != Status::ok && req->recv.comp.status == Status::ok) {
+        req->recv.comp.status = s;
+    }
+}
+
+/** Completes a receive whose message has fully arrived. */
+void recv_finish(Worker& w, Request* req) {
+    Status s = req->recv.comp.status;
+    if (s == Status::ok && req->recv.info.length > req->recv.dt.length) s = Status::message_truncated;
+    req->recv.dt.finish();
+    w.complete(req, s);
+}
+
+/**
+ * Queues an eager message no receive wanted yet: @p plen bytes of its @p total arrived
+ * (the rest follows as fragments of @p msg_id). Returns the descriptor, or nullptr (logged)
+ * without memory.
+ */
+UnexpDesc* queue_unexpected_eager(Worker& w, Tag tag, std::size_t total, const std::uint8_t* payload,
+                                  std::size_t plen, std::uint64_t sender_uuid, std::uint64_t sreq_id,
+                                  std::uint64_t msg_id) {
+    UnexpDesc* desc = alloc_desc(w, total);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for an unexpected message of {} bytes; dropped", total);
+        return nullptr;
+    }
+    desc->kind = UnexpDesc::eager;
+    desc->length = total;
+    desc->received = plen;
+    desc->complete = plen == total;
+    desc->sync = sreq_id != 0;
+    desc->sender_uuid = sender_uuid;
+    desc->sreq_id = sreq_id;
+    desc->msg_id = msg_id;
+    std::memcpy(desc->data(), payload, plen);
+    tag_of(w).tm.push_unexpected(desc->entry, tag);
+    return desc;
+}
+
+/** A receive takes the unexpected message @p desc (already out of the queue). */
+void recv_take_desc(Worker& w, Request* req, UnexpDesc* desc) {
+    if (desc->kind == UnexpDesc::rts) {
+        RtsHdr rts;
+        std::memcpy(&rts, desc->data(), sizeof(rts));
+        rndv_recv_start(w, req, rts, desc->data() + sizeof(rts), rts.rkey_length);
+        free_desc(w, desc);
+        return;
+    }
+    req->recv.info.sender_tag = desc->entry.tag;
+    req->recv.info.length = desc->length;
+    recv_store(req, 0, desc->data(), desc->received);
+    req->recv.received = desc->received;
+    if (desc->sync) send_ack(w, desc->sender_uuid, kAmSyncAck, desc->sreq_id, Status::ok);
+    if (!desc->complete) {
+        // The rest of the message goes straight to the receive from now on.
+        w.frags[FragKey{desc->sender_uuid, desc->msg_id}] = FragTarget{req, nullptr};
+        free_desc(w, desc);
+        return;
+    }
+    free_desc(w, desc);
+    recv_finish(w, req);
+}
+
+// --- receive handlers --------------------------------------------------------------------
+
+/** Eager message in one piece: [tag][payload] (kAmEagerOnly) or EagerSyncHdr + payload. */
+template <bool Sync>
+Status eager_only_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    constexpr std::size_t hdr_len = Sync ? sizeof(EagerSyncHdr) : sizeof(Tag);
+    if (LOOM_UNLIKELY(length < hdr_len)) {
+        LOOM_LOG_WARN("ucp: dropped an eager message of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerSyncHdr hdr{};
+    std::memcpy(&hdr, data, hdr_len);
+    const auto* payload = static_cast<const std::uint8_t*>(data) + hdr_len;
+    const std::size_t plen = length - hdr_len;
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(hdr.tag)) {
+        Request* req = recv_of(entry);
+        req->recv.info.sender_tag = hdr.tag;
+        req->recv.info.length = plen;
+        recv_store(req, 0, payload, plen);
+        if (Sync) send_ack(w, hdr.sender_uuid, kAmSyncAck, hdr.sreq_id, Status::ok);
+        recv_finish(w, req);
+        return Status::ok;
+    }
+    (void)queue_unexpected_eager(w, hdr.tag, plen, payload, plen, hdr.sender_uuid, Sync ? hdr.sreq_id : 0, 0);
+    return Status::ok;
+}
+
+Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(EagerFirstHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a first fragment of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerFirstHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    const auto* payload = static_cast<const std::uint8_t*>(data) + sizeof(hdr);
+    const std::size_t plen = length - sizeof(hdr);
+    if (plen > hdr.total_length) {
+        LOOM_LOG_WARN("ucp: dropped a first fragment carrying {} bytes of a {}-byte message", plen, hdr.total_length);
+        return Status::ok;
+    }
+    const FragKey key{hdr.sender_uuid, hdr.msg_id};
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(hdr.tag)) {
+        Request* req = recv_of(entry);
+        req->recv.info.sender_tag = hdr.tag;
+        req->recv.info.length = hdr.total_length;
+        recv_store(req, 0, payload, plen);
+        req->recv.received = plen;
+        if (hdr.sreq_id != 0) send_ack(w, hdr.sender_uuid, kAmSyncAck, hdr.sreq_id, Status::ok);
+        if (plen == hdr.total_length) {
+            recv_finish(w, req);
+        } else {
+            w.frags[key] = FragTarget{req, nullptr};
+        }
+        return Status::ok;
+    }
+    UnexpDesc* desc = queue_unexpected_eager(w, hdr.tag, hdr.total_length, payload, plen, hdr.sender_uuid,
+                                             hdr.sreq_id, hdr.msg_id);
+    if (desc != nullptr && !desc->complete) w.frags[key] = FragTarget{nullptr, desc};
+    return Status::ok;
+}
+
+Status eager_middle_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(EagerMiddleHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a fragment of {} bytes (shorter than its header)", length);
+        return Status::ok;
+    }
+    EagerMiddleHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    const auto* payload = static_cast<const std::uint8_t*>(data) + sizeof(hdr);
+    const std::size_t plen = length - sizeof(hdr);
+    auto it = w.frags.find(FragKey{hdr.sender_uuid, hdr.msg_id});
+    if (it == w.frags.end()) {
+        LOOM_LOG_WARN("ucp: dropped a fragment of unknown message {} from {:016x}", hdr.msg_id, hdr.sender_uuid);
+        return Status::ok;
+    }
+    FragTarget target = it->second;
+    if (target.recv != nullptr) {
+        Request* req = target.recv;
+        if (LOOM_UNLIKELY(req->recv.rndv_wait != 0)) {  // only its sender's PUTs fill it
+            LOOM_LOG_WARN("ucp: dropped a fragment for a receive that waits for PUTs from {:016x}", hdr.sender_uuid);
+            return Status::ok;
+        }
+        if (hdr.offset + plen > req->recv.info.length || hdr.offset + plen < hdr.offset) {
+            LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
+                          req->recv.info.length);
+            return Status::ok;
+        }
+        recv_store(req, hdr.offset, payload, plen);
+        req->recv.received += plen;
+        if (req->recv.received >= req->recv.info.length) {
+            w.frags.erase(it);
+            recv_finish(w, req);
+        }
+        return Status::ok;
+    }
+    UnexpDesc* desc = target.desc;
+    if (hdr.offset + plen > desc->length || hdr.offset + plen < hdr.offset) {
+        LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen, desc->length);
+        return Status::ok;
+    }
+    std::memcpy(desc->data() + hdr.offset, payload, plen);
+    desc->received += plen;
+    if (desc->received >= desc->length) {
+        desc->complete = true;
+        w.frags.erase(it);
+    }
+    return Status::ok;
+}
+
+Status sync_ack_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(AckHdr)) return Status::ok;
+    AckHdr ack;
+    std::memcpy(&ack, data, sizeof(ack));
+    Request* req = w.req_table.take(ack.sreq_id);
+    if (req == nullptr) {
+        LOOM_LOG_WARN("ucp: dropped an acknowledgement for unknown request {:#x}", ack.sreq_id);
+        return Status::ok;
+    }
+    if (req->send.offset < req->send.dt.length) {
+        req->flags |= kReqAcked;  // completes when its last fragment has left
+        return Status::ok;
+    }
+    req->send.dt.finish();
+    w.complete(req, Status::ok);
+    return Status::ok;
+}
+
+Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    RtsHdr rts;
+    if (length < sizeof(rts)) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous request of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    std::memcpy(&rts, data, sizeof(rts));
+    if (sizeof(rts) + rts.rkey_length != length) {
+        LOOM_LOG_WARN("ucp: dropped a rendezvous request with a {}-byte key in {} bytes", rts.rkey_length, length);
+        return Status::ok;
+    }
+    const auto* rkey = static_cast<const std::uint8_t*>(data) + sizeof(rts);
+    if (TagRecvEntry* entry = tag_of(w).tm.match_expected(rts.tag)) {
+        rndv_recv_start(w, recv_of(entry), rts, rkey, rts.rkey_length);
+        return Status::ok;
+    }
+    UnexpDesc* desc = alloc_desc(w, length);
+    if (desc == nullptr) {
+        LOOM_LOG_ERROR("ucp: out of memory for a rendezvous request; dropped");
+        return Status::ok;
+    }
+    desc->kind = UnexpDesc::rts;
+    desc->length = rts.length;
+    desc->sender_uuid = rts.sender_uuid;
+    std::memcpy(desc->data(), data, length);
+    tag_of(w).tm.push_unexpected(desc->entry, rts.tag);
+    return Status::ok;
+}
+
+}  // namespace
+
+// --- public entry points -----------------------------------------------------------------
+
+Status tag_register_handlers(Worker& w) {
+    struct {
+        uct::AmId id;
+        uct::AmCallback cb;
+    } const handlers[] = {
+        {kAmEagerOnly, eager_only_handler<false>}, {kAmEagerSyncOnly, eager_only_handler<true>},
+        {kAmEagerFirst, eager_first_handler},      {kAmEagerMiddle, eager_middle_handler},
+        {kAmSyncAck, sync_ack_handler},            {kAmRndvRts, rts_handler},
+    };
+    for (WorkerIface& wi : w.ifaces) {
+        for (const auto& h : handlers) {
+            if (Status s = wi.iface->set_am_handler(h.id, h.cb, &w, 0); s != Status::ok) return s;
+        }
+    }
+    // Rendezvous answers come with the tag's: core registers tag's handlers only (AM's RTS
+    // uses them too, and active messages are created after tag's).
+    return rndv_register_handlers(w);
+}
+
+void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
+    for (auto it = w.frags.begin(); it != w.frags.end();) {
+        if (it->first.uuid != uuid) {
+            ++it;
+            continue;
+        }
+        FragTarget target = it->second;
+        it = w.frags.erase(it);
+        if (target.recv != nullptr && (target.recv->recv.rndv_wait & kRecvWaitFin)) {
+            // Waits for PUTs that will not come; completes once its own GETs (if any) ended.
+            rndv_recv_fin(w, target.recv, status);
+        } else if (target.recv != nullptr) {
+            target.recv->recv.dt.finish();
+            w.complete(target.recv, status);
+        } else if (target.desc != nullptr) {
+            // An unexpected message that will never be complete: nobody may receive it.
+            if (target.desc->entry.queued()) {
+                tag_of(w).tm.remove_unexpected(target.desc->entry);
+                free_desc(w, target.desc);
+            } else {
+                target.desc->complete = true;  // held by a probe handle: received as far as it got
+                target.desc->length = target.desc->received;
+            }
+        }
+    }
+}
+
+void tag_recv_start(Worker& w, Request* req, UnexpDesc* desc, Tag tag, Tag mask) {
+    req->flags |= kReqRecv;
+    new (&req->recv.entry) TagRecvEntry{};  // the matcher's entry starts its life here
+    req->recv.received = 0;
+    req->recv.info = {0, 0};
+    req->recv.comp.status = Status::ok;
+    req->recv.sender_uuid = 0;
+    req->recv.rndv_wait = 0;
+    if (desc != nullptr) {
+        recv_take_desc(w, req, desc);
+    } else {
+        tag_of(w).tm.push_expected(recv_entry(req), tag, mask);
+    }
+}
+
+UnexpDesc* tag_probe(Worker& w, Tag tag, Tag mask, bool remove, TagRecvInfo* info) {
+    TagUnexpEntry* entry = tag_of(w).tm.probe(tag, mask, remove);
+    if (entry == nullptr) return nullptr;
+    UnexpDesc* desc = desc_of(entry);
+    if (info != nullptr) *info = TagRecvInfo{entry->tag, desc->length};
+    return desc;
+}
+
+Status tag_recv_immediate(Worker& w, UnexpDesc* desc, DtState& dt, TagRecvInfo& info) {
+    info = TagRecvInfo{desc->entry.tag, desc->length};
+    const std::size_t n = std::min(desc->length, dt.length);
+    Status s = dt.unpack(0, desc->data(), n);
+    if (desc->sync) send_ack(w, desc->sender_uuid, kAmSyncAck, desc->sreq_id, Status::ok);
+    free_desc(w, desc);
+    dt.finish();
+    if (s != Status::ok) return s;
+    return info.length > dt.length ? Status::message_truncated : Status::ok;
+}
+
+}  // namespace loom::ucp
