@@ -2,9 +2,10 @@
  * Protocol families as plug-ins of the worker. A family (tagged messages, active messages,
  * streams, RMA, rendezvous) owns its worker state and its wire handlers; the worker knows
  * families only through this control-path interface and calls every registered family at
- * the points below, in slot order. The data path never comes through here: a family's
- * protocols are in the endpoint's protocol table (proto/proto.h), and its API calls reach
- * its code directly.
+ * the points below, in slot order (tag 0, active messages 1, stream 2, RMA 3, rendezvous
+ * 4; where the order matters, the later slot's header says why). The data path never
+ * comes through here: a family's protocols are in the endpoint's protocol table
+ * (proto/proto.h), and its API calls reach its code directly.
  *
  * A family keeps its state in Worker::family_state[slot]; its slot is a constant of its
  * own header, so reaching the state costs one load. Registration checks that no two
@@ -46,9 +47,9 @@ struct ProtoFamily {
      */
     void (*destroy)(Worker& worker);
     /**
-     * @p ep failed or is destroyed, marked failed already: empty what the family queued on
-     * the endpoint's lanes beyond the worker's send queues. Runs before the endpoint's
-     * outstanding requests fail with @p status.
+     * @p ep failed or is destroyed, marked failed already, its lanes' send queues purged
+     * (every queued request failed through its abort): fail what else of the family waits
+     * on the endpoint. Runs before the endpoint's outstanding requests fail with @p status.
      */
     void (*ep_purge)(Worker& worker, Ep* ep, Status status);
     /** @p ep failed with @p status, its outstanding requests failed already. */

@@ -60,6 +60,8 @@ enum ReqFlags : std::uint16_t {
 using ProtoProgress = Status (*)(struct Request* req);
 /** Frees what a request's protocol holds (kReqRelease), as it completes. */
 using ProtoRelease = void (*)(struct Request* req);
+/** Fails a request waiting in a lane's send queue with a status (the queue refused it, or the endpoint went). */
+using ProtoAbort = void (*)(struct Request* req, Status status);
 
 /**
  * Room for the tag family's receive entry (tag/tag_match.h TagRecvEntry, asserted to
@@ -91,6 +93,7 @@ struct Request {
     uct::PendingReq pending;  ///< queued on a uct endpoint while it lacks resources
     uct::MemH memh;           ///< a registration it holds (kReqRelease) on lane `lane`'s memory domain
     ProtoRelease release;     ///< frees what it holds when kReqRelease is set
+    ProtoAbort abort;         ///< how it fails while queued (nullptr: Worker::complete); set by send_request_start
     std::uint8_t lane;        ///< the lane of memh (sends: the rendezvous lane; RMA, GETs: theirs)
 
     union {
@@ -104,13 +107,13 @@ struct Request {
             std::uint16_t ctrl_length;
             std::uint8_t ctrl_data[52];  ///< a control message's bytes (largest header fits)
             const void* am_header;       ///< active messages: the caller's header (send.tag holds the AmHdr)
-            // Rendezvous by PUT (tag_proto.cc), from the receiver's kAmRndvPutRtr on; set up by
+            // Rendezvous by PUT (rndv/rndv_send.cc), from the receiver's kAmRndvPutRtr on; set up by
             // rndv_rts_prepare. The PUTs run from `offset` to the end of the message.
             std::uint64_t rndv_raddr;    ///< the receiver's address of message byte 0
             uct::Rkey rndv_rkey;         ///< its key, unpacked on lane `lane` (handle nullptr: none)
             std::uint64_t rndv_rreq_id;  ///< the receive, named by the FIN
             Status rndv_status;          ///< first error of the PUTs, or of the ATS
-            std::uint8_t rndv_wait;      ///< RndvSendWait bits (tag_proto.cc) still outstanding
+            std::uint8_t rndv_wait;      ///< RndvSendWait bits (rndv/rndv.h) still outstanding
             std::uint8_t rndv_records;   ///< PUT completion records with transfers in flight
         } send;
         struct {
@@ -127,7 +130,7 @@ struct Request {
             std::uint64_t sreq_id;
             std::uint64_t remote_address;
             std::size_t get_offset;
-            std::uint8_t rndv_wait;   ///< rendezvous PUT schemes: RndvRecvWait bits (tag_proto.cc), else 0
+            std::uint8_t rndv_wait;   ///< rendezvous PUT schemes: RndvRecvWait bits (rndv/rndv.h), else 0
         } recv;
         /** RMA and atomics (src/ucp/rma/rma_proto.cc), and the RMA part of a flush. */
         struct {

@@ -47,12 +47,6 @@ bool has_ep_to_ep_lanes(const Worker& worker, const Ep& ep) {
     return false;
 }
 
-/** Fails a control request queued on the wire-up lane (purge), counting it off the lane. */
-void purge_ctrl_cb(uct::PendingReq* pending, void* arg) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
-    --req->ep->lanes[req->lane].queued;
-    req->worker->complete(req, *static_cast<Status*>(arg));
-}
 
 /** The largest message lane @p lane of @p ep takes in one am_bcopy. */
 std::size_t lane_max_bcopy(const Worker& worker, const Ep& ep, std::uint8_t lane) {
@@ -348,15 +342,12 @@ unsigned wireup_check_deadlines(Worker& worker) {
     return static_cast<unsigned>(expired.size());
 }
 
-void wireup_ep_gone(Worker& worker, Ep* ep, Status status) {
+void wireup_ep_gone(Worker& worker, Ep* ep) {
     auto st = worker.wireup_state.find(ep);
     if (st == worker.wireup_state.end()) return;
     if (st->second.deadline != 0) --worker.wireup_waiting;
     worker.wireup_by_id.erase(st->second.id);
     worker.wireup_state.erase(st);
-    if (ep->wireup_lane != kNoLane && ep->wireup_lane != ep->am_lane) {
-        uct::ep_pending_purge(ep->lanes[ep->wireup_lane].ep, purge_ctrl_cb, &status);
-    }
 }
 
 Status wireup_handler(void* arg, void* data, std::size_t length, unsigned) {

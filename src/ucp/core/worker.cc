@@ -691,16 +691,25 @@ Status pending_cb(uct::PendingReq* pending) {
 
 }  // namespace
 
-bool is_lane_queued(const uct::PendingReq* pending) { return pending->func == pending_cb<false>; }
-
 namespace {
 
-/** Whether @p pending is a request send_request_start queued on the AM lane. */
-bool is_am_lane_queued(const uct::PendingReq* pending) { return pending->func == pending_cb<true>; }
+/** Whether @p pending is a request send_request_start queued (on any lane). */
+bool is_send_queued(const uct::PendingReq* pending) {
+    return pending->func == pending_cb<true> || pending->func == pending_cb<false>;
+}
+
+/** Fails @p req, which send_request_start could not queue or which waited on a lane of a failed endpoint. */
+void abort_queued(Request* req, Status status) {
+    if (req->abort != nullptr) {
+        req->abort(req, status);
+    } else {
+        req->worker->complete(req, status);
+    }
+}
 
 }  // namespace
 
-Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
+Status send_request_start(Request* req, std::uint8_t lane, ProtoAbort abort) {
     Ep* ep = req->ep;
     const bool am_lane = lane == ep->am_lane;
     // Off the AM lane the request names its queue (pending_cb counts it off there).
@@ -710,6 +719,7 @@ Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
         Status s = req->progress(req);
         if (s != Status::no_resource) return s;
     }
+    req->abort = abort;
     req->pending.func = am_lane ? pending_cb<true> : pending_cb<false>;
     uct::Ep* uep = ep->lanes[lane].ep;
     for (;;) {
@@ -719,11 +729,7 @@ Status send_request_start(Request* req, std::uint8_t lane, SendFail fail) {
             return Status::ok;
         }
         if (s != Status::busy) {
-            if (fail != nullptr) {
-                fail(req, s);
-            } else {
-                req->worker->complete(req, s);
-            }
+            abort_queued(req, s);
             return s;
         }
         s = req->progress(req);
@@ -910,7 +916,7 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
     }
     if (am_best.to_ep || (ep.rndv_lane != kNoLane && rndv_best->to_ep)) {
         // A lane of its own, even when the rendezvous lane is the same pair: its queue
-        // then holds only wire-up messages (wireup_ep_gone purges it as such).
+        // then holds only wire-up messages, never behind a long rendezvous.
         if (Status s = open_lane(*wireup); s != Status::ok) return s;
         ep.wireup_lane = static_cast<std::uint8_t>(ep.num_lanes - 1);
     }
@@ -1004,31 +1010,38 @@ std::string Worker::describe_protocols(const Ep& ep, const char* prefix) const {
 
 namespace {
 
-/** What purging an endpoint's AM lane queue hands to purge_cb. */
+/** What purging one lane's queue hands to purge_cb. */
 struct Purge {
-    Status status;
-    std::vector<uct::PendingReq*> receives;  ///< rendezvous GETs queued there: run after the purge
+    Ep* ep;
+    std::uint8_t lane;
+    std::vector<Request*> queued;        ///< the send queue's requests: aborted after the purge
+    std::vector<uct::PendingReq*> others;  ///< anything else: run once more, it finds the endpoint failed
 };
 
 void purge_cb(uct::PendingReq* pending, void* arg) {
     auto* purge = static_cast<Purge*>(arg);
-    if (!is_am_lane_queued(pending)) {
-        // Another protocol's entry (a receive's rendezvous GETs): retried once the endpoint
-        // is marked failed, it fails its own request (and tells the sender if it can hear).
-        purge->receives.push_back(pending);
+    if (!is_send_queued(pending)) {
+        purge->others.push_back(pending);
         return;
     }
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
-    --req->ep->num_pending;
-    req->worker->complete(req, purge->status);
+    --purge->ep->queued_on(purge->lane);
+    purge->queued.push_back(reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending)));
 }
 
-/** Purges @p ep's AM lane queue: sends complete with @p status, receives' GETs fail. */
-void purge_am_lane(Ep* ep, Status status) {
-    if (ep->am_ep == nullptr) return;
-    Purge purge{status, {}};
-    uct::ep_pending_purge(ep->am_ep, purge_cb, &purge);
-    for (uct::PendingReq* pending : purge.receives) (void)pending->func(pending);
+/**
+ * Empties the queue of every lane of @p ep (marked failed): each request fails through
+ * its abort with @p status, after the purge, so that what an abort starts finds the
+ * queues settled.
+ */
+void purge_lanes(Ep* ep, Status status) {
+    for (std::uint8_t lane = 0; lane < ep->num_lanes; ++lane) {
+        uct::Ep* uep = lane == ep->am_lane ? ep->am_ep : ep->lanes[lane].ep;
+        if (uep == nullptr) continue;
+        Purge purge{ep, lane, {}, {}};
+        uct::ep_pending_purge(uep, purge_cb, &purge);
+        for (Request* req : purge.queued) abort_queued(req, status);
+        for (uct::PendingReq* pending : purge.others) (void)pending->func(pending);
+    }
 }
 
 }  // namespace
@@ -1043,9 +1056,9 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     // starting transfers on lanes about to be destroyed.
     ep->flags |= kEpFailed;
     if (ep->failure == Status::ok) ep->failure = status;
-    purge_am_lane(ep, status);
+    purge_lanes(ep, status);
     for_each_family<&ProtoFamily::ep_purge>(*this, ep, status);
-    wireup_ep_gone(*this, ep, status);
+    wireup_ep_gone(*this, ep);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     for_each_family<&ProtoFamily::ep_closed>(*this, ep, status);
     for (unsigned i = 0; i < ep->num_lanes; ++i) ifaces[ep->lanes[i].iface].iface->ep_destroy(ep->lanes[i].ep);
@@ -1060,7 +1073,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     ep->flags |= kEpFailed;
     ep->failure = status;
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));
-    purge_am_lane(ep, status);
+    purge_lanes(ep, status);
     for_each_family<&ProtoFamily::ep_purge>(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     for_each_family<&ProtoFamily::ep_failed>(*this, ep, status);

@@ -321,24 +321,20 @@ private:
 /** Deregisters @p req's memh from its lane's memory domain (the ProtoRelease of requests holding only that). */
 void request_release_memh(Request* req);
 
-/** How a request that cannot be queued fails (RMA also drops its completion records); nullptr: Worker::complete. */
-using SendFail = void (*)(Request* req, Status status);
-
 /**
- * The one send queue of an endpoint's lanes: runs @p req's protocol step (progress)
- * now, or queues it on lane @p lane behind that lane's earlier requests (counted in
- * Ep::queued_on(lane)), so nothing overtakes a
- * queued request. ok when the step ran (the protocol completes the request itself,
- * possibly later) or the request was queued; an error, the request failed through
- * @p fail, when it could not be queued.
+ * The one send queue of an endpoint's lanes, for every request that runs on a lane
+ * (sends, RMA, control messages, a receive's rendezvous GETs, a send's PUTs): runs
+ * @p req's protocol step (progress) now, or queues it on lane @p lane behind that lane's
+ * earlier requests (counted in Ep::queued_on(lane)), so nothing overtakes a queued
+ * request. ok when the step ran (the protocol completes the request itself, possibly
+ * later) or the request was queued; an error, the request failed through @p abort
+ * (nullptr: Worker::complete), when it could not be queued. @p abort also fails it if
+ * the endpoint fails or goes while it waits (Worker::ep_fail, ep_destroy).
  */
-Status send_request_start(Request* req, std::uint8_t lane, SendFail fail = nullptr);
+Status send_request_start(Request* req, std::uint8_t lane, ProtoAbort abort = nullptr);
 
 /** send_request_start on the endpoint's AM lane. */
 inline Status send_request_start(Request* req) { return send_request_start(req, req->ep->am_lane); }
-
-/** Whether @p pending is a request send_request_start queued on a lane that is not the AM lane. */
-bool is_lane_queued(const uct::PendingReq* pending);
 
 /**
  * A control request of @p ep holding a copy of @p data (message @p id) for lane @p lane,
@@ -358,8 +354,8 @@ Status wireup_handler(void* arg, void* data, std::size_t length, unsigned flags)
 /** Registers @p ep for wire-up when it has endpoint-to-endpoint lanes (wireup.cc). */
 void wireup_ep_created(Worker& worker, Ep* ep);
 
-/** Forgets @p ep's wire-up state and fails the control messages queued on its wire-up lane. */
-void wireup_ep_gone(Worker& worker, Ep* ep, Status status);
+/** Forgets @p ep's wire-up state (its lanes' queued messages were purged with the rest). */
+void wireup_ep_gone(Worker& worker, Ep* ep);
 
 /** Lane selection for an endpoint (worker.cc). */
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain);

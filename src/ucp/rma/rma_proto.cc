@@ -481,7 +481,7 @@ namespace {
 
 // --- pending queue of an RMA lane that is not the AM lane ----------------------------------------
 
-/** send_request_start's failure of an RMA request: its records are dropped too. */
+/** How an RMA request fails in the send queue (refused, or its endpoint went): its records are dropped too. */
 void fail_request(Request* req, Status status) { finish(req, status, nullptr); }
 
 /** Common start of every request: in the endpoint's outstanding list, then run or queued. */
@@ -627,51 +627,6 @@ Status rma_ep_fence(Ep* ep) {
 
 namespace {
 
-struct PurgeArg {
-    Ep* ep;
-    Status status;
-    std::vector<uct::PendingReq*> others;
-};
-
-void purge_cb(uct::PendingReq* pending, void* a) {
-    auto* arg = static_cast<PurgeArg*>(a);
-    if (!is_lane_queued(pending)) {
-        arg->others.push_back(pending);
-        return;
-    }
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
-    --arg->ep->lanes[req->lane].queued;
-    if (req->flags & kReqRma) {
-        finish(req, arg->status, nullptr);
-    } else {
-        req->worker->complete(req, arg->status);  // a control message sharing the lane
-    }
-}
-
-}  // namespace
-
-namespace {
-
-/**
- * Completes with @p status the RMA requests queued on @p ep's RMA lane when that is not
- * the AM lane (the AM lane's queue is purged by the worker). Before Ep::outstanding is
- * drained.
- */
-void rma_ep_purge(Worker&, Ep* ep, Status status) {
-    const std::uint8_t lane = rma_lane(ep);
-    if (lane == ep->am_lane || ep->lanes[lane].queued == 0) return;
-    PurgeArg arg{ep, status, {}};
-    uct::ep_pending_purge(ep->lanes[lane].ep, purge_cb, &arg);
-    if (arg.others.empty()) return;
-    // Another protocol's requests shared the queue (rendezvous GETs of this lane): run once
-    // more, they find the endpoint failed and fail themselves.
-    if (!(ep->flags & kEpFailed)) {
-        ep->flags |= kEpFailed;
-        ep->failure = status;
-    }
-    for (uct::PendingReq* p : arg.others) (void)p->func(p);
-}
-
 /**
  * The RMA part of flush @p req, whose endpoint(s) have nothing outstanding: starts or
  * checks the transports' flush of the RMA lanes (remote completion). True when done, with
@@ -742,7 +697,6 @@ void rma_family_destroy(Worker& w) {
 const ProtoFamily kRmaFamily{.name = "RMA", .slot = kRmaSlot,
                              .init = rma_family_init,
                              .destroy = rma_family_destroy,
-                             .ep_purge = rma_ep_purge,
                              .flush_done = rma_flush_done};
 LOOM_FAMILY_REGISTER(kRmaFamily);
 

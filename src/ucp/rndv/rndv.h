@@ -48,6 +48,13 @@ enum RndvRecvWait : std::uint8_t {
     kRecvWaitFin = 1u << 1,  ///< the sender's FIN
 };
 
+/**
+ * Rendezvous's slot in Worker::family_state (core/family.h). It keeps no state there; as a
+ * family it registers the answers' handlers for tag and AM and fails the receives still
+ * waiting for a failed peer's PUTs.
+ */
+inline constexpr std::uint8_t kRndvSlot = 4;
+
 /** Registers the rendezvous answers' AM handlers (ATS, RTR, PUT_RTR, FIN) on every iface of @p w. */
 Status rndv_register_handlers(Worker& w);
 
@@ -58,10 +65,10 @@ Status rndv_fin_handler(void* arg, void* data, std::size_t length, unsigned flag
 void rndv_send_release(Request* req);
 
 /**
- * @p ep failed or goes (marked so): empties its rendezvous lane's own pending queue when
- * that is not the AM lane (queued GETs fail their receives; queued PUTs are left to the
- * failure of Ep::outstanding, which must follow), and fails with @p status the receives
- * waiting for the PUTs of its peer when @p ep is the one replies to that peer use.
+ * @p ep failed or goes (marked so, its lanes' queues purged: queued GETs failed their
+ * receives, queued PUTs are left to the failure of Ep::outstanding, which follows): fails
+ * with @p status the receives waiting for the PUTs of its peer when @p ep is the one
+ * replies to that peer use.
  */
 void rndv_ep_purge(Worker& worker, Ep* ep, Status status);
 

@@ -158,24 +158,19 @@ Status rndv_get_issue(Request* req) {
     return Status::ok;
 }
 
-Status rndv_get_pending(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
-    return rndv_get_issue(req);
+/** The GETs' queue refused @p req, or its endpoint went while it waited: the receive fails with @p status. */
+void rndv_get_abort(Request* req, Status status) {
+    uct::completion_update(&req->recv.comp, status);  // the issuing reference, with the error
 }
 
-/** Starts the GETs, queueing the rest on the lane when it lacks resources. */
-void rndv_get_progress(Request* req) {
-    while (rndv_get_issue(req) == Status::no_resource) {
-        Worker& w = *req->worker;
-        const Lane& lane = w.ep_by_uuid[req->recv.sender_uuid]->lanes[req->lane];
-        req->pending.func = rndv_get_pending;
-        Status s = uct::ep_pending_add(lane.ep, &req->pending, 0);
-        if (s == Status::ok) return;
-        if (s != Status::busy) {
-            uct::completion_update(&req->recv.comp, s);
-            return;
-        }
-    }
+/**
+ * Starts the GETs of @p req on its lane of @p ep (the endpoint replies to the sender
+ * use) through that lane's send queue: the rest waits there while the lane lacks resources.
+ */
+void rndv_get_start(Request* req, Ep* ep) {
+    req->ep = ep;
+    req->progress = rndv_get_issue;
+    (void)send_request_start(req, req->lane, rndv_get_abort);
 }
 
 
@@ -244,7 +239,7 @@ bool rndv_put_recv_start(Worker& w, Request* req, Ep* ep, std::uint8_t lane, con
         req->recv.received = put_from;  // the GET's end
         req->recv.comp.func = rndv_split_get_done;
         req->recv.comp.count = 1;
-        rndv_get_progress(req);
+        rndv_get_start(req, ep);
     } else {
         rndv_recv_settle(w, req);  // only when the RTR could not go
     }
@@ -318,7 +313,7 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
             req->recv.comp.count = 1;
             req->recv.comp.status = Status::ok;
             log_scheme(rts, kRndvGetZcopy);
-            rndv_get_progress(req);
+            rndv_get_start(req, ep);
             return;
         }
         LOOM_LOG_DEBUG("ucp: rendezvous GET not possible ({}); using the AM pipeline", to_string(unpacked.status()));
@@ -336,26 +331,7 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
     send_ack(w, rts.sender_uuid, kAmRndvRtr, rts.sreq_id, Status::ok);
 }
 
-namespace {
-
-/** What purging a rendezvous lane's queue hands to rndv_purge_cb. */
-struct RndvPurge {
-    std::vector<uct::PendingReq*> gets;  ///< receives' GETs: run once more, they fail their receive
-};
-
-void rndv_purge_cb(uct::PendingReq* pending, void* arg) {
-    // Sends' PUTs are in Ep::outstanding, which the caller fails next: just out of the queue.
-    if (pending->func == rndv_get_pending) static_cast<RndvPurge*>(arg)->gets.push_back(pending);
-}
-
-}  // namespace
-
 void rndv_ep_purge(Worker& w, Ep* ep, Status status) {
-    if (ep->rndv_lane != kNoLane && ep->rndv_lane != ep->am_lane && ep->lanes[ep->rndv_lane].ep != nullptr) {
-        RndvPurge purge;
-        uct::ep_pending_purge(ep->lanes[ep->rndv_lane].ep, rndv_purge_cb, &purge);
-        for (uct::PendingReq* pending : purge.gets) (void)pending->func(pending);  // the endpoint is marked failed
-    }
     // Receives waiting for this peer's PUTs: their FIN would come to the endpoint replies
     // use (closed by force or failed here), so nothing completes them any more.
     auto by_uuid = w.ep_by_uuid.find(ep->remote_uuid);

@@ -215,39 +215,36 @@ Status rndv_put_progress(Request* req) {
     return Status::ok;  // PUTs in flight: the last completion starts the FIN (or the endpoint failed)
 }
 
-/** PUTs on a lane of their own, from that lane's pending queue; the FIN goes on the AM lane. */
-Status rndv_put_pending(uct::PendingReq* pending) {
-    auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(pending) - offsetof(Request, pending));
+/** PUTs on a lane of their own, as that lane's step in the send queue; the FIN then goes on the AM lane. */
+Status rndv_put_lane_progress(Request* req) {
     if (rndv_put_issue(req) == Status::no_resource) return Status::no_resource;
-    if (req->progress == rndv_fin_progress) (void)send_request_start(req);
+    if (req->progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
     return Status::ok;
 }
 
-/** Starts the PUTs of @p req, queueing it on its lane while that lacks resources. */
+/**
+ * The PUT lane's queue refused @p req (with @p status): only the FIN is left, and it
+ * carries the error. On a failed endpoint nothing is left: Ep::outstanding fails it.
+ */
+void rndv_put_abort(Request* req, Status status) {
+    if (req->ep->flags & kEpFailed) return;
+    if (req->send.rndv_status == Status::ok) req->send.rndv_status = status;
+    req->send.offset = req->send.dt.length;
+    req->send.rndv_wait = (req->send.rndv_wait & ~kSendWaitFlush) | kSendIssuing;  // nothing is in flight
+    rndv_put_check(req);
+    req->send.rndv_wait &= ~kSendIssuing;
+    if (req->progress == rndv_fin_progress) (void)send_request_start(req);
+}
+
+/** Starts the PUTs of @p req through the send queue of its lane (behind that lane's earlier requests). */
 void rndv_put_start(Request* req) {
-    Ep* ep = req->ep;
-    if (req->lane == ep->am_lane) {
-        // Behind the endpoint's queued sends, in the worker's queue (purged on failure).
+    if (req->lane == req->ep->am_lane) {
         req->progress = rndv_put_progress;
         (void)send_request_start(req);
         return;
     }
-    uct::Ep* lane_ep = ep->lanes[req->lane].ep;
-    while (rndv_put_issue(req) == Status::no_resource) {
-        req->pending.func = rndv_put_pending;
-        Status s = uct::ep_pending_add(lane_ep, &req->pending, 0);
-        if (s == Status::ok) return;
-        if (s != Status::busy) {
-            if (req->send.rndv_status == Status::ok) req->send.rndv_status = s;
-            req->send.offset = req->send.dt.length;
-            req->send.rndv_wait &= ~kSendWaitFlush;
-            break;  // only the FIN is left
-        }
-    }
-    req->send.rndv_wait |= kSendIssuing;  // after a refused queue, nothing may be in flight
-    rndv_put_check(req);
-    req->send.rndv_wait &= ~kSendIssuing;
-    if (req->progress == rndv_fin_progress) (void)send_request_start(req);  // the PUTs completed in the pass
+    req->progress = rndv_put_lane_progress;
+    (void)send_request_start(req, req->lane, rndv_put_abort);
 }
 
 /** kAmRndvPutRtr: RndvRtrHdr + the receiver's packed key; PUT the tail of the message there. */
@@ -394,5 +391,15 @@ Status rndv_register_handlers(Worker& w) {
     }
     return Status::ok;
 }
+
+namespace {
+
+/** Rendezvous as a family of the worker: tag and AM sends use it; it answers for both. */
+const ProtoFamily kRndvFamily{.name = "rendezvous", .slot = kRndvSlot,
+                              .init = rndv_register_handlers,
+                              .ep_purge = rndv_ep_purge};
+LOOM_FAMILY_REGISTER(kRndvFamily);
+
+}  // namespace
 
 }  // namespace loom::ucp

@@ -56,7 +56,6 @@ void tag_family_ep_failed(Worker& w, Ep* ep, Status status) { tag_fail_peer_rece
 const ProtoFamily kTagFamily{.name = "tag", .slot = kTagSlot,
                              .init = tag_family_init,
                              .cleanup = tag_family_cleanup,
-                             .ep_purge = rndv_ep_purge,
                              .ep_failed = tag_family_ep_failed};
 LOOM_FAMILY_REGISTER(kTagFamily);
 
