@@ -11,6 +11,7 @@
 # Re-running is incremental. Environment knobs: JOBS (parallel make jobs, default nproc),
 # LOOM_QS_SKIP_SANITIZERS=1 (test mode: regular build only, for quick local iterations),
 # LOOM_QS_CONFIGURE_FLAGS (extra configure flags for the regular build).
+# Test mode writes how long each part and each suite took to build/qs-timing.log.
 #
 set -euo pipefail
 
@@ -31,6 +32,31 @@ prefix="$build/install"
 jobs=${JOBS:-$(nproc)}
 
 say() { printf '\n==> %s\n' "$*"; }
+
+# timed NAME COMMAND...: runs COMMAND and appends its wall time, and the CPU time of the
+# processes it ran, to $timing_log (test mode only). The test command must stay within CI's
+# limit on 2 cores: wall time shows where it goes, CPU time against 2 x wall how much of
+# that was computing and how much waiting (which could overlap with other work).
+timing_log=""
+cpu_now=0
+children_cpu() {  # sets cpu_now: CPU seconds (user + sys) of the shell's finished children
+    # times runs in this shell (no command substitution, whose subshell has other children).
+    times > "$timing_log.times"
+    cpu_now=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /m/); t += a[1] * 60 + a[2] }; printf "%d", t }' "$timing_log.times")
+}
+timed() {
+    local name=$1; shift
+    local t0 c0 rc
+    [ -z "$timing_log" ] || children_cpu
+    t0=$(date +%s) c0=$cpu_now
+    # Not "|| rc=$?": that would turn off set -e inside a timed shell function.
+    "$@"
+    rc=$?
+    [ -z "$timing_log" ] && return $rc
+    children_cpu
+    printf '%6d s  (cpu %5d s)  %s\n' $(($(date +%s) - t0)) $((cpu_now - c0)) "$name" >> "$timing_log"
+    return $rc
+}
 
 # ---------------------------------------------------------------------------------------
 # 1. Packages. Everything the build, the tests and the comparisons need, from Debian.
@@ -225,8 +251,25 @@ summarize() {
     python3 "$top/test/summarize.py" "$@"
 }
 
+# suite_times DIR LABEL: each suite's wall time from its log's creation (the harness opens
+# it when the suite starts) to its verdict file (written when it ends), into $timing_log.
+suite_times() {
+    local dir=$1 label=$2 trs log
+    find "$dir/test" -name '*.trs' | sort | while read -r trs; do
+        log=${trs%.trs}.log
+        [ -f "$log" ] || continue
+        printf '%6d s                 [%s] %s\n' $(($(stat -c %Y "$trs") - $(stat -c %W "$log"))) "$label" "${trs#"$dir"/}"
+    done >> "$timing_log"
+}
+
+if [ "$mode" = test ]; then
+    mkdir -p "$build"
+    timing_log=$build/qs-timing.log
+    : > "$timing_log"
+fi
+start=$(date +%s)
 install_packages
-build_main
+timed "regular build and install" build_main
 
 if [ "$mode" = run ]; then
     main_job
@@ -236,17 +279,26 @@ fi
 command -v python3 >/dev/null || packages+=(python3)
 install_packages
 
-run_checks "$build" "regular"
-# The verbs suite needs RDMA devices: this machine's, or the rdma-vm beside the checkout.
-"$top/test/rdma/run_rdma_tests.sh" "$build" || true
+timed "regular: make check (test binaries and suites)" run_checks "$build" "regular"
+suite_times "$build" regular
 logdirs=("regular=$build")
 if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan="$build/sanitize"
-    configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
-    run_checks "$asan" "asan+ubsan"
-    "$top/test/rdma/run_rdma_tests.sh" "$asan" || true
+    timed "asan+ubsan: configure" configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
+    timed "asan+ubsan: make check (build, test binaries and suites)" run_checks "$asan" "asan+ubsan"
+    suite_times "$asan" asan+ubsan
     logdirs+=("asan+ubsan=$asan")
 else
     echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan build was not run" >&2
 fi
+# The verbs suite needs RDMA devices: this machine's, or the rdma-vm beside the checkout.
+# Both builds' suites run in one VM boot (a boot under TCG costs most of a minute).
+rdma_builds=("${logdirs[@]#*=}")
+LOOM_QS_TIMING_LOG=$timing_log timed "verbs suites (rdma) of ${#rdma_builds[@]} build(s), one VM boot" \
+    "$top/test/rdma/run_rdma_tests.sh" "${rdma_builds[@]}" || true
+children_cpu
+printf '%6d s  (cpu %5d s)  total\n' $(($(date +%s) - start)) "$cpu_now" >> "$timing_log"
+rm -f "$timing_log.times"
+say "where the time went ($timing_log)"
+cat "$timing_log"
 summarize "${logdirs[@]}"

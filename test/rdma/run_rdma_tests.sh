@@ -1,84 +1,62 @@
 #!/usr/bin/env bash
 #
 # Runs Loom's verbs test suite (the rc transport on Soft-RoCE and soft-iWARP devices)
-# and leaves its result where test/summarize.py counts it:
+# for one or more builds and leaves each build's result where test/summarize.py counts it:
 #
-#   test/rdma/run_rdma_tests.sh [BUILD_DIR]        (default: <source>/build)
+#   test/rdma/run_rdma_tests.sh [BUILD_DIR...]     (default: <source>/build)
 #
 # Where it runs, in this order:
 #   1. on this machine, when it has RDMA devices of its own (ibv_devices lists any);
 #   2. in the rdma-vm (a qemu VM with rxe0/rxe1 and siw0/siw1) when one is found beside
 #      the checkout: <source>/../shared/rdma-vm, or $LOOM_RDMA_VM; its one-time setup is
-#      run first when its image is missing;
+#      run first when its image is missing. One VM boot runs every build's suite, one build
+#      after the other (a boot under TCG costs most of a minute of both cores);
 #   3. nowhere: it says so loudly ("RDMA: NOT TESTED: ...") and records a skipped case.
 #
-# Output: BUILD_DIR/test/rdma/gtest-uct-rdma.log (loom_info -d of the devices, then the
-# gtest output) and its .trs (":test-result: PASS|FAIL|SKIP"). quickstart.sh runs it for
-# the regular build and for the AddressSanitizer+UBSan build (build/sanitize): under TCG
-# each run takes well under a minute (boot ~6 s, the suite ~10 s), and the sanitizers are
-# the only check of the transport's memory handling against real devices.
-# Exit status: 0 when the suite passed or could not run here, 1 when it failed.
+# Output, per build: BUILD_DIR/test/rdma/gtest-uct-rdma.log (loom_info -d of the devices,
+# then the gtest output) and its .trs (":test-result: PASS|FAIL|SKIP"). quickstart.sh runs
+# it once for the regular build and the AddressSanitizer+UBSan build (build/sanitize): the
+# sanitizers are the only check of the transport's memory handling against real devices.
+# Under TCG a build's suite takes minutes (the VM boot ~45 s on a loaded 2-core machine).
+# LOOM_QS_TIMING_LOG, when set, gets one line per build with its suite's wall time.
+# Exit status: 0 when every suite passed or could not run here, 1 when one failed.
 #
 set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=$(cd "${1:-$top/build}" 2>/dev/null && pwd) || {
-    echo "run_rdma_tests.sh: no build directory ${1:-$top/build}" >&2
-    exit 1
-}
-outdir="$build/test/rdma"
-log="$outdir/gtest-uct-rdma.log"
-trs="$outdir/gtest-uct-rdma.trs"
 vm_dir=${LOOM_RDMA_VM:-$(cd "$top/.." && pwd)/shared/rdma-vm}
-vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1200}   # seconds for the whole suite inside the VM (TCG is slow)
-gtest="$build/test/gtest/gtest-uct"
-gtest_ucp="$build/test/gtest/gtest-ucp"
-module_dir="$build/src/uct/ib/.libs"
-info="$build/tools/info/loom_info"
+vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1200}   # seconds for one build's suite inside the VM (TCG is slow)
 # The generic uct suites over every rc resource, the verbs-specific suites, the device facts.
 filter='Transports/*:Rc/*:Devices/*'
 
-mkdir -p "$outdir"
-rm -f "$log" "$trs"
-# Into the build tree: the VM sees only its current directory (the build tree) of the
-# host's writable paths, and a source tree under /tmp not at all (a fresh tmpfs there).
-cp "$top/test/rdma/siw_accept_window.bt" "$outdir/"
-
 say() { printf '\n==> %s\n' "$*"; }
 
-# write_trs RESULT: the automake harness's .trs format.
+# write_trs TRS RESULT: the automake harness's .trs format.
 write_trs() {
     printf ':test-result: %s\n:global-test-result: %s\n:recheck: %s\n:copy-in-global-log: no\n' \
-        "$1" "$1" "$([ "$1" = PASS ] && echo no || echo yes)" > "$trs"
+        "$2" "$2" "$([ "$2" = PASS ] && echo no || echo yes)" > "$1"
 }
 
-# not_tested REASON: loud message, a skipped case with the reason, exit 0.
+# not_tested OUTDIR REASON: loud message, a skipped case with the reason.
 not_tested() {
-    local banner="RDMA: NOT TESTED: $1"
+    local banner="RDMA: NOT TESTED: $2"
     printf '\n%s\n%s\n%s\n' "********************************************************************************" \
         "$banner" "********************************************************************************"
-    printf '%s\nok 1 - rdma verbs suite # SKIP %s\n' "$banner" "$1" > "$log"
-    write_trs SKIP
-    exit 0
+    printf '%s\nok 1 - rdma verbs suite # SKIP %s\n' "$banner" "$2" > "$1/gtest-uct-rdma.log"
+    write_trs "$1/gtest-uct-rdma.trs" SKIP
 }
 
-# failed REASON: the suite could not run although it should have; counted as a failure.
+# failed OUTDIR REASON: the suite could not run although it should have; counted as a failure.
 failed() {
-    echo "RDMA: FAILED: $1" | tee -a "$log"
-    echo "not ok 1 - rdma verbs suite: $1" >> "$log"
-    write_trs FAIL
-    exit 1
+    echo "RDMA: FAILED: $2" | tee -a "$1/gtest-uct-rdma.log"
+    echo "not ok 1 - rdma verbs suite: $2" >> "$1/gtest-uct-rdma.log"
+    write_trs "$1/gtest-uct-rdma.trs" FAIL
+    status=1
 }
 
-if [ ! -f "$module_dir/libloom_uct_ib.so" ]; then
-    not_tested "the ib module was not built (rdma-core headers missing at configure time? see $build/configure.out)"
-fi
-[ -x "$gtest" ] || failed "$gtest is missing (run make check first)"
-[ -x "$gtest_ucp" ] || failed "$gtest_ucp is missing (run make check first)"
-[ -x "$build/tools/perftest/loom_perftest" ] || failed "$build/tools/perftest/loom_perftest is missing (run make first)"
-
-# Then the protocol layer's suites over rc (the Verbs/* instances), once per device kind:
-# the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
+# What runs for one build (in the VM, or on this machine's devices): device facts, the uct
+# suites over rc, then the protocol layer's suites over rc (the Verbs/* instances), once per
+# device kind: the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
 # shellcheck disable=SC2016
 suite_script='
     "$1" -d 2>&1
@@ -183,63 +161,153 @@ suite_script='
         echo "== MPI over rc: not run for this build (its sanitizer libraries cannot load into MPI processes; the regular build runs it)"
     fi
     exit $rc'
-# What the VM needs from the source tree goes into the build tree: a checkout under /tmp is
-# invisible in the VM (its /tmp is a fresh tmpfs).
-mpi_src=$outdir/mpi-src
-mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
-cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
-cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
-mpi_compat="" osu_bin=""
-if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
-    mpi_compat=$build/bindings/ucx/.libs
-    osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
-fi
-suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
-           bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
-           "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi")
 
-case $build in
-    */sanitize) label="the AddressSanitizer+UBSan build" ;;
-    *) label="the regular build (quickstart runs the sanitizer build's too)" ;;
-esac
+label_of() {
+    case $1 in
+        */sanitize) echo "the AddressSanitizer+UBSan build" ;;
+        *) echo "the regular build" ;;
+    esac
+}
+
+# prepare BUILD: checks that BUILD can run the suite and writes BUILD/test/rdma/vm-suite.sh,
+# the suite's command for that build (run in the VM or here: it writes the build's log, its
+# exit status to vm-suite.rc and its wall time to vm-suite.time). Returns 1, with the
+# build's result written, when the suite cannot run for it.
+prepare() {
+    local build=$1
+    local outdir="$build/test/rdma"
+    local gtest="$build/test/gtest/gtest-uct" gtest_ucp="$build/test/gtest/gtest-ucp"
+    local module_dir="$build/src/uct/ib/.libs" info="$build/tools/info/loom_info"
+    mkdir -p "$outdir"
+    rm -f "$outdir/gtest-uct-rdma.log" "$outdir/gtest-uct-rdma.trs" "$outdir"/vm-suite.*
+    # Into the build tree: the VM sees only its shared directories (the build trees) of the
+    # host's writable paths, and a source tree under /tmp not at all (a fresh tmpfs there).
+    cp "$top/test/rdma/siw_accept_window.bt" "$outdir/"
+    if [ ! -f "$module_dir/libloom_uct_ib.so" ]; then
+        not_tested "$outdir" "the ib module was not built (rdma-core headers missing at configure time? see $build/configure.out)"
+        return 1
+    fi
+    [ -x "$gtest" ] || { failed "$outdir" "$gtest is missing (run make check first)"; return 1; }
+    [ -x "$gtest_ucp" ] || { failed "$outdir" "$gtest_ucp is missing (run make check first)"; return 1; }
+    [ -x "$build/tools/perftest/loom_perftest" ] ||
+        { failed "$outdir" "$build/tools/perftest/loom_perftest is missing (run make first)"; return 1; }
+    # What the VM needs from the source tree goes into the build tree: a checkout under /tmp is
+    # invisible in the VM (its /tmp is a fresh tmpfs).
+    local mpi_src=$outdir/mpi-src
+    mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
+    cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
+    cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
+    local mpi_compat="" osu_bin=""
+    if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
+        mpi_compat=$build/bindings/ucx/.libs
+        osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
+    fi
+    local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
+                     bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
+                     "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi")
+    # The suite runs in the build tree (it leaves its scratch files there); each build has
+    # its own time limit, so that one build's hang cannot eat the other's time.
+    {
+        echo "# run_rdma_tests.sh: the verbs suite of $(label_of "$build"); written for each run"
+        printf 'cd %q || exit 126\n' "$build"
+        printf 't0=$(date +%%s)\n'
+        printf 'timeout -k 30 %q' "$vm_timeout"
+        printf ' %q' "${suite_cmd[@]}"
+        printf ' > %q 2>&1\n' "$outdir/gtest-uct-rdma.log"
+        printf 'rc=$?\n'
+        printf '[ $rc -ne 124 ] || echo "RDMA: the suite exceeded %ss" >> %q\n' "$vm_timeout" "$outdir/gtest-uct-rdma.log"
+        printf 'echo $(($(date +%%s) - t0)) > %q\n' "$outdir/vm-suite.time"
+        printf 'echo $rc > %q\n' "$outdir/vm-suite.rc"
+        printf 'exit $rc\n'
+    } > "$outdir/vm-suite.sh"
+}
 
 has_local_devices() {
     command -v ibv_devices >/dev/null && [ "$(ibv_devices 2>/dev/null | awk 'NR > 2 && NF' | wc -l)" -gt 0 ]
 }
 
+status=0
+builds=()
+for arg in "${@:-$top/build}"; do
+    b=$(cd "$arg" 2>/dev/null && pwd) || { echo "run_rdma_tests.sh: no build directory $arg" >&2; exit 1; }
+    builds+=("$b")
+done
+
+if ! has_local_devices && [ ! -x "$vm_dir/run" ]; then
+    for b in "${builds[@]}"; do
+        mkdir -p "$b/test/rdma"
+        not_tested "$b/test/rdma" "no RDMA device here and no rdma-vm at $vm_dir (set LOOM_RDMA_VM to its directory)"
+    done
+    exit 0
+fi
+
+ready=()
+for b in "${builds[@]}"; do
+    prepare "$b" && ready+=("$b")
+done
+[ ${#ready[@]} -gt 0 ] || exit $status
+
+labels=$(for b in "${ready[@]}"; do label_of "$b"; done | paste -sd ',' | sed 's/,/, then /g')
 if has_local_devices; then
-    say "verbs suite of $label on this machine's RDMA devices ($(ibv_devices | awk 'NR > 2 {printf "%s ", $1}'))"
-    "${suite_cmd[@]}" > "$log" 2>&1
-    rc=$?
-elif [ -x "$vm_dir/run" ]; then
+    say "verbs suite of $labels on this machine's RDMA devices ($(ibv_devices | awk 'NR > 2 {printf "%s ", $1}'))"
+    for b in "${ready[@]}"; do bash "$b/test/rdma/vm-suite.sh"; done
+else
     cache=${RDMA_VM_CACHE:-/var/tmp/rdma-vm}
+    first_out=${ready[0]}/test/rdma
     if [ ! -e "$cache/current/initrd" ]; then
         say "setting up the rdma-vm once ($vm_dir/setup)"
         sudo=()
         [ "$(id -u)" -eq 0 ] || sudo=(sudo -n)
-        "${sudo[@]}" "$vm_dir/setup" > "$outdir/rdma-vm-setup.log" 2>&1 ||
-            failed "rdma-vm setup failed (see $outdir/rdma-vm-setup.log)"
+        if ! "${sudo[@]}" "$vm_dir/setup" > "$first_out/rdma-vm-setup.log" 2>&1; then
+            for b in "${ready[@]}"; do failed "$b/test/rdma" "rdma-vm setup failed (see $first_out/rdma-vm-setup.log)"; done
+            exit 1
+        fi
     fi
-    say "verbs suite of $label in the rdma-vm ($vm_dir: rxe0/rxe1 RoCE v2, siw0/siw1 iWARP)"
-    # The VM starts in the current directory, which it shares writable: the build tree.
-    (cd "$build" && "$vm_dir/run" -t "$vm_timeout" -- "${suite_cmd[@]}") > "$log" 2>&1
-    rc=$?
-    case $rc in
-        124) echo "RDMA: the suite exceeded ${vm_timeout}s in the VM" >> "$log" ;;
-        125) failed "the rdma-vm failed to boot or crashed (console tail in $log)" ;;
-    esac
-else
-    not_tested "no RDMA device here and no rdma-vm at $vm_dir (set LOOM_RDMA_VM to its directory)"
+    say "verbs suite of $labels in one rdma-vm boot ($vm_dir: rxe0/rxe1 RoCE v2, siw0/siw1 iWARP)"
+    # The VM starts in the first build tree, which it shares writable; -s shares the others.
+    shares=() scripts=()
+    for b in "${ready[@]}"; do
+        [ "$b" = "${ready[0]}" ] || shares+=(-s "$b")
+        scripts+=("$b/test/rdma/vm-suite.sh")
+    done
+    vm_log=$first_out/rdma-vm.log
+    # shellcheck disable=SC2016
+    (cd "${ready[0]}" && "$vm_dir/run" -v -t $((${#ready[@]} * (vm_timeout + 60))) "${shares[@]}" -- \
+        bash -c 'rc=0; for s; do bash "$s" || rc=1; done; exit $rc' _ "${scripts[@]}") > "$vm_log" 2>&1
+    vm_rc=$?
+    # run -v ends with "rdma-vm: accel=tcg kernel=... boot=41.93s total=1234.56s exit=0".
+    boot=$(sed -n 's/.* boot=\([0-9]*\)[0-9.]*s total=.*/\1/p' "$vm_log")
+    echo "rdma-vm: exit $vm_rc${boot:+, booted in $boot s} (its messages: $vm_log)"
+    [ -z "${LOOM_QS_TIMING_LOG:-}" ] || [ -z "$boot" ] ||
+        printf '%6d s                 rdma-vm boot (one for %d builds)\n' "$boot" ${#ready[@]} >> "$LOOM_QS_TIMING_LOG"
+    if [ $vm_rc -eq 125 ]; then
+        tail -40 "$vm_log" | sed 's/^/  vm| /'
+    fi
 fi
 
-# The VM's console may end lines with CR LF, and merges the streams: a log line may run
-# into an "[ OK ]" marker, so markers are counted wherever they are in a line.
-passed=$(tr -d '\r' < "$log" | grep -o '\[       OK \] [^ ]* (' | wc -l)
-failures=$(tr -d '\r' < "$log" | grep -c '^\[  FAILED  \].*ms)$')
-echo "RDMA: verbs suite: $passed passed, $failures failed (exit $rc; log $log)"
-if [ "$rc" -eq 0 ] && [ "$passed" -gt 0 ]; then
-    write_trs PASS
-    exit 0
-fi
-write_trs FAIL
-exit 1
+for b in "${ready[@]}"; do
+    outdir=$b/test/rdma
+    log=$outdir/gtest-uct-rdma.log
+    if [ ! -s "$outdir/vm-suite.rc" ]; then
+        [ -z "${vm_log:-}" ] || tail -40 "$vm_log" >> "$log"
+        failed "$outdir" "the suite of $(label_of "$b") did not finish: the rdma-vm failed to boot, crashed or timed out (exit ${vm_rc:-?}; its console tail is in $log)"
+        continue
+    fi
+    rc=$(cat "$outdir/vm-suite.rc")
+    # The suite's processes share the log (stdout and stderr, several processes): a log line
+    # may run into an "[ OK ]" marker, so markers are counted wherever they are in a line
+    # (and CR LF line ends, which a console gives, are taken too).
+    passed=$(tr -d '\r' < "$log" | grep -o '\[       OK \] [^ ]* (' | wc -l)
+    failures=$(tr -d '\r' < "$log" | grep -c '^\[  FAILED  \].*ms)$')
+    secs=$(cat "$outdir/vm-suite.time" 2>/dev/null || echo '?')
+    echo "RDMA: verbs suite of $(label_of "$b"): $passed passed, $failures failed (exit $rc, $secs s; log $log)"
+    [ -z "${LOOM_QS_TIMING_LOG:-}" ] ||
+        printf '%6s s                 verbs suite of %s\n' "$secs" "$(label_of "$b")" >> "$LOOM_QS_TIMING_LOG"
+    if [ "$rc" -eq 0 ] && [ "$passed" -gt 0 ]; then
+        write_trs "$outdir/gtest-uct-rdma.trs" PASS
+    else
+        write_trs "$outdir/gtest-uct-rdma.trs" FAIL
+        status=1
+    fi
+done
+exit $status
