@@ -17,6 +17,12 @@ import sys
 # Searched, not matched at the line start: where stdout and stderr reach the log through
 # separate channels (the rdma-vm), a log line of the library can precede gtest's on one line.
 GTEST_CASE = re.compile(r"\[\s+(OK|FAILED|SKIPPED)\s+\] ([^\s,]+)(,.*)? \(\d+ ms\)$")
+GTEST_RUN = re.compile(r"\[ RUN      \] (\S+)$")
+# Lines of a failed case's own output shown under "Failed tests:" (its last ones: the
+# assertion and what the library logged just before), so that a failure seen only in a
+# CI log's tail still says why.
+DETAIL_LINES = 12
+DETAIL_WIDTH = 240
 TAP_CASE = re.compile(r"^(ok|not ok) \d+ - (.*?)(\s+# SKIP\s*(.*))?$")
 
 
@@ -29,14 +35,20 @@ def read_verdict(trs_path):
 
 
 def parse_log(log_path):
+    """Returns (passed, failed, skipped, skip reasons, failure details) of one log."""
     passed, failed, skipped = [], [], []
-    skip_reason = {}
+    skip_reason, detail = {}, {}
     pending_reason = None
+    run_start = {}
     try:
         lines = open(log_path, errors="replace").read().splitlines()
     except OSError:
-        return passed, failed, skipped, skip_reason
+        return passed, failed, skipped, skip_reason, detail
     for i, line in enumerate(lines):
+        m = GTEST_RUN.search(line)
+        if m:
+            run_start[m.group(1)] = i + 1
+            continue
         m = GTEST_CASE.search(line)
         if m:
             kind, name, _ = m.groups()
@@ -44,6 +56,10 @@ def parse_log(log_path):
                 passed.append(name)
             elif kind == "FAILED":
                 failed.append(name)
+                start = run_start.get(name)
+                if start is not None:
+                    own = [l.rstrip() for l in lines[start:i] if l.strip()]
+                    detail[name] = [l[:DETAIL_WIDTH] for l in own[-DETAIL_LINES:]]
             else:
                 skipped.append(name)
                 skip_reason[name] = pending_reason or "no reason given"
@@ -62,7 +78,16 @@ def parse_log(log_path):
                 passed.append(name)
             else:
                 failed.append(name)
-    return passed, failed, skipped, skip_reason
+    return passed, failed, skipped, skip_reason, detail
+
+
+def log_tail(log_path):
+    """The last non-empty lines of a log: what a suite printed before it crashed or hung."""
+    try:
+        lines = [l.rstrip() for l in open(log_path, errors="replace").read().splitlines() if l.strip()]
+    except OSError:
+        return []
+    return [l[:DETAIL_WIDTH] for l in lines[-DETAIL_LINES:]]
 
 
 def main(argv):
@@ -83,14 +108,17 @@ def main(argv):
                 suites += 1
                 base = os.path.join(dirpath, name[:-4])
                 verdict = read_verdict(base + ".trs")
-                passed, failed, skipped, reasons = parse_log(base + ".log")
+                passed, failed, skipped, reasons, detail = parse_log(base + ".log")
                 suite = os.path.relpath(base, root)
                 if verdict in ("FAIL", "ERROR") and not failed:
                     failed = [f"{suite} (suite exited with {verdict}: crash, abort or watchdog; see {base}.log)"]
+                    detail[failed[0]] = log_tail(base + ".log")
                 total_pass += len(passed)
                 total_fail += len(failed)
                 total_skip += len(skipped)
-                failures += [f"[{label}] {suite}: {n}" for n in failed]
+                for n in failed:
+                    failures.append(f"[{label}] {suite}: {n}")
+                    failures += ["    | " + l for l in detail.get(n, [])]
                 skips += [f"[{label}] {suite}: {n}: {reasons.get(n, '')}" for n in skipped]
                 print(f"  [{label}] {suite}: {len(passed)} passed, {len(failed)} failed, {len(skipped)} skipped")
         if suites == 0:

@@ -42,6 +42,20 @@ mk "$tmp/c/test" gt ERROR <<'LOG'
 [ RUN      ] A.crashes
 LOG
 check_output "a crashed suite counts as a failure" '^1 passed, 1 failed$'         python3 "$summarize" "c=$tmp/c"
+check_output "a crashed suite's last lines are shown" '^      \| \[ RUN      \] A.crashes$' python3 "$summarize" "c=$tmp/c"
+
+mk "$tmp/f/test" gt FAIL <<'LOG'
+[ RUN      ] A.fails
+[12:00:00.000001] [host:1:1] ib WARN  x.cc:1 endpoint failed (connection refused)
+x.cc:20: Failure
+Expected equality of these values: "" and err
+[  FAILED  ] A.fails (5 ms)
+[ RUN      ] A.passes
+[       OK ] A.passes (1 ms)
+LOG
+check_output "a failed case's own output is shown" '^      \| x.cc:20: Failure$'   python3 "$summarize" "f=$tmp/f"
+check_output "with the library's log before it"   'endpoint failed \(connection refused\)$' python3 "$summarize" "f=$tmp/f"
+check        "and nothing of the next case"        bash -c "! python3 '$summarize' 'f=$tmp/f' | grep -q 'A.passes ('"
 
 mk "$tmp/d/test" tap FAIL <<'LOG'
 ok 1 - fine

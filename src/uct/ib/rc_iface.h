@@ -270,6 +270,8 @@ private:
     void probe_acceptors(std::chrono::steady_clock::time_point now);
     /** True while @p ep (in unconfirmed_) has requests its acceptor may not have read. */
     static bool probe_wanted(const RcEp* ep);
+    /** True once the response to @p ep's last probe has arrived (its read's own completion). */
+    static bool probe_answered(const RcEp* ep);
     Status flush_prepare(RcEp* ep, bool& needs_marker) const;
     void finish_flush_part(IfaceFlush* flush, Status status);
     void unlink_flush(IfaceFlush* flush);

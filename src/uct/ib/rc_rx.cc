@@ -440,9 +440,19 @@ Status RcIface::post_flush_marker(RcEp* ep) {
     return Status::ok;
 }
 
+bool RcIface::probe_answered(const RcEp* ep) {
+    const std::uint64_t sn = ep->cold->probe_sn;
+    if (sn == 0 || ep->acked_sn < sn) return false;
+    // acked_sn alone is not proof: soft-iWARP completes a later send once TCP has it, which
+    // moves acked_sn past the probe before the read's response is back (complete_upto). The
+    // probe is answered when its sn has left the responses still due (kept in sn order).
+    const auto& due = ep->cold->response_sns;
+    return due.empty() || due.front() > sn;
+}
+
 bool RcIface::probe_wanted(const RcEp* ep) {
     if (ep->flags & (kEpFailed | kEpClosing)) return false;
-    if (ep->cold->probe_sn != 0 && ep->acked_sn >= ep->cold->probe_sn) return false;  // answered
+    if (probe_answered(ep)) return false;
     return ep->tx_sn != 0 && ep->cold->probes < kProbeMax;
 }
 
@@ -464,7 +474,7 @@ bool RcIface::probe_wanted(const RcEp* ep) {
 void RcIface::probe_acceptors(std::chrono::steady_clock::time_point now) {
     for (std::size_t i = 0; i < unconfirmed_.size();) {
         RcEp* ep = unconfirmed_[i];
-        const bool answered = ep->cold->probe_sn != 0 && ep->acked_sn >= ep->cold->probe_sn;
+        const bool answered = probe_answered(ep);
         if (answered || (ep->flags & (kEpFailed | kEpClosing)) || ep->cold->probes >= kProbeMax) {
             if (answered && ep->cold->probes > 1) {
                 LOOM_LOG_DEBUG("rc/{}: QP {:#x}: the acceptor {} answered probe {}", resource().dev_name,

@@ -112,6 +112,11 @@ bool ForkedPeer::Channel::read_exact(void* buf, std::size_t len, std::chrono::st
     return true;
 }
 
+bool ForkedPeer::Channel::readable() const {
+    pollfd pfd{read_fd_, POLLIN, 0};
+    return ::poll(&pfd, 1, 0) == 1;
+}
+
 std::optional<std::vector<std::uint8_t>> ForkedPeer::Channel::recv(std::chrono::milliseconds timeout) {
     auto deadline = std::chrono::steady_clock::now() + timeout;
     std::uint64_t length = 0;

@@ -69,6 +69,9 @@ public:
         /** Receives one blob as text; empty optional as recv(). */
         std::optional<std::string> recv_text(std::chrono::milliseconds timeout = default_timeout());
 
+        /** True when something (a blob, or the peer's close) is waiting to be read; does not wait. */
+        bool readable() const;
+
         /** Half of LOOMTEST_TIMEOUT (60 s by default). */
         static std::chrono::milliseconds default_timeout();
 
