@@ -305,8 +305,9 @@ ucs_status_t ucp_atomic_post(ucp_ep_h ep, ucp_atomic_post_op_t opcode,
 }
 
 /**
- * UCX 1.x: a fetching atomic; @p result gets the previous value (for CSWAP it holds the
- * value to compare with on input, as in UCX).
+ * UCX 1.x: a fetching atomic; @p result gets the previous value. For CSWAP @p value is the
+ * value to compare with and @p result holds the value to swap in on input, as in UCX (and
+ * as loom_atomic_op_nbx takes them: operand and reply buffer).
  */
 ucs_status_ptr_t ucp_atomic_fetch_nb(ucp_ep_h ep, ucp_atomic_fetch_op_t opcode,
                                                                             uint64_t value, void* result,

@@ -92,7 +92,7 @@ typedef struct {
     /**
      * loom_atomic_op_nbx: where the remote location's previous value goes (its presence
      * makes the operation fetching); for LOOM_ATOMIC_OP_CSWAP it also holds the value to
-     * compare with on input.
+     * swap in on input (the operand buffer holds the value to compare with, as in UCX).
      */
     void* reply_buffer;
     /** loom_put_nbx / loom_get_nbx: a mapping (loom_mem_map) that covers the local buffer. */

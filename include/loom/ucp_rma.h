@@ -154,8 +154,10 @@ typedef enum {
  * required: loom_dt_make_contig(4) or (8), with @p count 1. Without
  * LOOM_OP_ATTR_FIELD_REPLY_BUFFER the operation is posted (ADD, AND, OR, XOR; it is at the
  * target after a flush); with it the previous value is fetched into param->reply_buffer
- * (every operation; SWAP and CSWAP require it, and CSWAP reads the value to compare with
- * from it, swapping in @p buffer's when they are equal). LOOM_ERR_INVALID_PARAM (logged)
+ * (every operation; SWAP and CSWAP require it). CSWAP compares the remote word with
+ * @p buffer's value and, when they are equal, swaps in the value the reply buffer holds on
+ * input (UCX's semantics: buffer X, reply Z, "Result = Y; if (X == Y) Y = Z"); both are read
+ * in the call. LOOM_ERR_INVALID_PARAM (logged)
  * for a bad opcode, datatype, count or alignment; LOOM_ERR_UNSUPPORTED (logged) when the
  * context lacks LOOM_FEATURE_AMO32/AMO64 or the endpoint's RMA lane cannot do the
  * operation at that size (rc: 64-bit ADD and CSWAP only, none on iWARP).

@@ -271,7 +271,7 @@ static inline void mt_phase(const char* fmt, ...) {
  * prints "test_x: SKIP key: what (N checks, all ranks)" on rank 0, which the runner turns into a TAP
  * skip line naming the bug. */
 static const char* const mt_known_keys[] = {"ob1_truncate_overflow", "ompi_ucx_waitall_pending",
-                                            "mpich_unsigned_max"};
+                                            "mpich_unsigned_max", "osc_rdma_vader_cas"};
 enum { mt_num_known = sizeof(mt_known_keys) / sizeof(mt_known_keys[0]) };
 MT_UNUSED static long mt_skipped[mt_num_known];
 MT_UNUSED static char mt_skip_what[mt_num_known][160];

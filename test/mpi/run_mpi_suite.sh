@@ -53,7 +53,8 @@ top_srcdir=${top_srcdir:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 src=$top_srcdir/test/mpi
 
 all_programs="test_ordering test_wildcard test_probe test_truncate test_cancel test_datatype
-              test_many_requests test_zero test_self test_persistent test_modes test_collectives test_threads"
+              test_many_requests test_zero test_self test_persistent test_modes test_collectives test_threads
+              test_rma"
 all_stacks="ompi-ob1 ompi-ucx mpich-ucx ompi-loom mpich-loom"
 
 # The sanitizer build's libraries cannot load into MPI programs: the regular build runs this.
@@ -119,7 +120,7 @@ if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_RO
 # The keys each stack's programs are told about (MPITEST_KNOWN_BUGS).
 known_bugs() {
     case $1 in
-        ompi-ob1) echo ob1_truncate_overflow ;;
+        ompi-ob1) if [ "${2:-}" = tcp ]; then echo ob1_truncate_overflow; else echo ob1_truncate_overflow,osc_rdma_vader_cas; fi ;;
         ompi-ucx|ompi-loom) echo ompi_ucx_waitall_pending ;; # Open MPI's pml ucx, whatever libucp is under it
         mpich-ucx|mpich-loom) echo mpich_unsigned_max ;;
     esac
@@ -138,6 +139,11 @@ known_bug_reason() {
                  "MPI_REQUEST_NULL): mca_pml_ucx_request_reset() leaves req_status.MPI_ERROR of a recycled request" \
                  "stale and ompi_errhandler_request_invoke() frees every request with an error set (no upstream" \
                  "issue found)" ;;
+        osc_rdma_vader_cas)
+            echo "Open MPI osc rdma over btl vader (4.1.4): MPI_Compare_and_swap crashes (SIGSEGV in" \
+                 "mca_btl_vader_send, called by vader's emulated atomics, mca_btl_vader_emu_acswap, on the origin" \
+                 "and then on the target in its progress); osc rdma is Open MPI's only one-sided component over vader" \
+                 "besides pt2pt, which Debian disables (no upstream issue found)" ;;
         mpich_unsigned_max)
             echo "MPICH 4.0.2's yaksa reductions treat unsigned types as signed (MAX of unsigned char 154 and 115" \
                  "gives 115): pmodels/mpich#6083, fixed by pmodels/mpich#6085 in MPICH 4.1" ;;
@@ -149,6 +155,11 @@ mpich_finalize_reason="MPICH 4.0.2 ch4/ucx MPI_Finalize deadlock: after ucp_disc
 mpich_finalize_reason+=" without progressing UCX, while a peer's disconnect waits for it (UCX 1.13's tcp flush sends a"
 mpich_finalize_reason+=" 0-byte PUT and waits for its ACK); fixed in MPICH 4.2.0 (pmodels/mpich#6596, commits 08d8105b,"
 mpich_finalize_reason+=" d6c7cd5b); seen with 3 ranks over tcp, about 1 run in 4"
+
+mpich_ucx_rma_reason="the reference stack MPICH 4.0.2 ch4:ucx over UCX 1.13 fails test_rma's value checks (puts"
+mpich_ucx_rma_reason+=" missing at the target after MPI_Win_fence, post/start/complete/wait and flush_all, in some runs"
+mpich_ucx_rma_reason+=" most of them) while MPICH over Loom and Open MPI over UCX pass; one-sided MPICH is not a"
+mpich_ucx_rma_reason+=" target of this suite's comparison (docs/mpi.md); not investigated further, no upstream issue found"
 
 # ---- stacks ------------------------------------------------------------------------------
 
@@ -190,7 +201,7 @@ command_for() {
     local stack=$1 tls=$2 np=$3 prog=$4 bin
     bin=$build/$(flavour_of "$stack")/$prog
     local bugs
-    bugs=$(known_bugs "$stack")
+    bugs=$(known_bugs "$stack" "$tls")
     local ucx_tls loom_tls
     case $tls in
         shm) ucx_tls=sm,self; loom_tls=$loom_tls_shm ;;
@@ -210,11 +221,18 @@ command_for() {
             local btl=vader,self
             [ "$tls" = tcp ] && btl=tcp,self
             cmd+=(--mca pml ob1 --mca btl "$btl")
+            # One-sided: osc rdma needs an RDMA-capable btl (vader; not tcp), where osc pt2pt
+            # (which Debian's openmpi-mca-params.conf disables) is the reference.
+            if [ "$prog" = test_rma ]; then
+                if [ "$tls" = tcp ]; then cmd+=(--mca osc pt2pt); else cmd+=(--mca osc rdma); fi
+            fi
             ;;
         ompi-ucx|ompi-loom)
             # Debian's openmpi-mca-params.conf says pml ^ucx; "any" keeps Open MPI from
             # filtering transports and devices by UCX's names.
             cmd+=(--mca pml ucx --mca opal_common_ucx_tls any --mca opal_common_ucx_devices any)
+            # One-sided through osc ucx (Debian's openmpi-mca-params.conf says osc ^ucx).
+            [ "$prog" = test_rma ] && cmd+=(--mca osc ucx)
             if [ "$stack" = ompi-ucx ]; then
                 cmd+=(-x UCX_TLS="$ucx_tls")
             else
@@ -341,6 +359,10 @@ run_one() {
     fi
     if [ ! -x "$build/$(flavour_of "$stack")/$prog" ]; then
         tap_not_ok "$name (not built)"
+        return
+    fi
+    if [ "$stack/$prog" = mpich-ucx/test_rma ]; then
+        tap_skip "$name" "$mpich_ucx_rma_reason"
         return
     fi
     grace=${grace_env:-30}

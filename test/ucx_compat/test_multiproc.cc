@@ -241,9 +241,8 @@ TEST_P(MultiProcTest, RmaEveryFormIncludingBlocking) {
     ASSERT_EQ(UCS_OK, ucp_ep_flush(me.ep));
     w64 += 5;
     w32 ^= 0xff;
-    std::uint64_t r64 = w64;  // CSWAP: compare with the current value: swaps
-    ucs_status_ptr_t ar = ucp_atomic_fetch_nb(me.ep, UCP_ATOMIC_FETCH_OP_CSWAP, 0x1122334455667788ull, &r64,
-                                              8, a64, rkey, nullptr);
+    std::uint64_t r64 = 0x1122334455667788ull;  // CSWAP: in, the value to swap in; compared with the current value: swaps
+    ucs_status_ptr_t ar = ucp_atomic_fetch_nb(me.ep, UCP_ATOMIC_FETCH_OP_CSWAP, w64, &r64, 8, a64, rkey, nullptr);
     EXPECT_EQ(UCS_OK, me.wait(ar));
     EXPECT_EQ(w64, r64);
     w64 = 0x1122334455667788ull;

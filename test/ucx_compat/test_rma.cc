@@ -406,17 +406,18 @@ TEST_P(RmaTest, AtomicOpNbx32And64) {
     EXPECT_EQ(0x0FF0u, *t64);
     EXPECT_EQ(UCS_OK, op32(UCP_ATOMIC_OP_XOR, 0x1, &r32));
     EXPECT_EQ(0xF0F1u, *t32);
-    // CSWAP: the reply buffer holds the value to compare with; swapped only when equal.
-    r64 = 0x0FF0;
-    EXPECT_EQ(UCS_OK, op64(UCP_ATOMIC_OP_CSWAP, 77, &r64));
+    // CSWAP (ucp.h's table: X buffer, Z reply buffer, "Result = Y; if (X == Y) Y = Z"): the
+    // operand is the value to compare with, the reply buffer holds the value to swap in.
+    r64 = 77;
+    EXPECT_EQ(UCS_OK, op64(UCP_ATOMIC_OP_CSWAP, 0x0FF0, &r64));
     EXPECT_EQ(0x0FF0u, r64);
     EXPECT_EQ(77u, *t64);
-    r64 = 12345;
-    EXPECT_EQ(UCS_OK, op64(UCP_ATOMIC_OP_CSWAP, 99, &r64));
+    r64 = 99;
+    EXPECT_EQ(UCS_OK, op64(UCP_ATOMIC_OP_CSWAP, 12345, &r64));
     EXPECT_EQ(77u, r64) << "a failed compare returns the current value";
-    EXPECT_EQ(77u, *t64);
-    r32 = 0xF0F1;
-    EXPECT_EQ(UCS_OK, op32(UCP_ATOMIC_OP_CSWAP, 5, &r32));
+    EXPECT_EQ(77u, *t64) << "and swaps nothing";
+    r32 = 5;
+    EXPECT_EQ(UCS_OK, op32(UCP_ATOMIC_OP_CSWAP, 0xF0F1, &r32));
     EXPECT_EQ(0xF0F1u, r32);
     EXPECT_EQ(5u, *t32);
     // Bad opcode, size or count.
@@ -478,17 +479,18 @@ TEST_P(RmaTest, UcxOneAtomicPostAndFetch) {
     EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_FXOR, 1, &r64, 8, raddr));
     EXPECT_EQ(11u, r64);
     EXPECT_EQ(10u, *t64);
-    // CSWAP (UCX 1.x): result holds the value to compare with on input, the previous value on output.
-    r64 = 10;
-    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 500, &r64, 8, raddr));
+    // CSWAP (UCX 1.x): value is the value to compare with; result holds the value to swap in
+    // on input and the previous value on output (Open MPI's opal_common_ucx_atomic_cswap).
+    r64 = 500;
+    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 10, &r64, 8, raddr));
     EXPECT_EQ(10u, r64);
     EXPECT_EQ(500u, *t64);
-    r64 = 10;
-    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 600, &r64, 8, raddr));
+    r64 = 600;
+    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 10, &r64, 8, raddr));
     EXPECT_EQ(500u, r64);
     EXPECT_EQ(500u, *t64) << "no swap when the compare fails";
-    r32 = 63;
-    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 7, &r32, 4, raddr + 8));
+    r32 = 7;
+    EXPECT_EQ(UCS_OK, fetch(UCP_ATOMIC_FETCH_OP_CSWAP, 63, &r32, 4, raddr + 8));
     EXPECT_EQ(63u, r32);
     EXPECT_EQ(7u, *t32);
     EXPECT_EQ(0xdeadbeefu, t32[1]);

@@ -323,9 +323,15 @@ loom_status_ptr_t loom_atomic_op_nbx(loom_ep_h ep_h, loom_atomic_op_t opcode, co
     if (Status s = rma_atomic_check(ep, rkey, op, size, remote_addr); LOOM_UNLIKELY(s != Status::ok)) {
         return status_ptr(s);
     }
+    // As in UCX: @p buffer holds the operand; for CSWAP it is the value to compare with and
+    // the reply buffer holds the value to swap in (both read here, in the call).
     std::uint64_t value = 0, compare = 0;
-    std::memcpy(&value, buffer, size);  // little endian: the low bytes
-    if (op == uct::AtomicOp::cswap) std::memcpy(&compare, reply, size);
+    if (op == uct::AtomicOp::cswap) {
+        std::memcpy(&compare, buffer, size);  // little endian: the low bytes
+        std::memcpy(&value, reply, size);
+    } else {
+        std::memcpy(&value, buffer, size);
+    }
     Worker& w = *ep->worker;
     if (reply == nullptr && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
         Status s = rma_atomic_post_immediate(ep, op, size, value, remote_addr, rkey);

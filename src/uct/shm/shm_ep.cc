@@ -44,26 +44,6 @@ LOOM_ALWAYS_INLINE bool rma_ready(const ShmEp* ep) {
     return LOOM_LIKELY(ep->status == Status::ok && !(ep->flags & kEpBlocked));
 }
 
-/** Applies @p op atomically at @p addr and returns the previous value. */
-template <typename T>
-T atomic_apply(AtomicOp op, T* addr, T value) {
-    switch (op) {
-        case AtomicOp::add:
-            return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::and_:
-            return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::or_:
-            return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::xor_:
-            return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::swap:
-            return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::cswap:
-            break;
-    }
-    return 0;
-}
-
 }  // namespace
 
 // --- Active messages --------------------------------------------------------------------------
@@ -249,15 +229,9 @@ Status EpOps::get_zcopy(Ep* base, const Iov* iov, std::size_t iovcnt, std::uint6
 
 // --- Atomics ----------------------------------------------------------------------------------
 
-Status EpOps::atomic_unsupported(RemoteKey* rk) {
-    if (!rk->atomic_warned) {
-        rk->atomic_warned = true;
-        LOOM_LOG_ERROR(
-            "atomics need memory from mem_alloc: the key of {:#x}+{} in process {} is a registration",
-            rk->address, rk->length, rk->pid);
-    }
-    return Status::unsupported;
-}
+// On memory the peer mem_alloc'ed (mapped here) the CPU applies them directly; on memory it
+// registered, the peer's progress applies them (emu_atomic, shm_rma.cc). Both are CPU atomic
+// instructions on the same word, so they are atomic with respect to each other.
 
 template <typename T>
 Status EpOps::atomic_post(Ep* base, AtomicOp op, T value, std::uint64_t remote_addr, std::uint64_t rkey) {
@@ -270,14 +244,16 @@ Status EpOps::atomic_post(Ep* base, AtomicOp op, T value, std::uint64_t remote_a
         return access_denied(rk, remote_addr, sizeof(T), kAccessRemoteAtomic);
     }
     if (!rma_ready(ep)) return rma_blocked(ep);
-    if (LOOM_UNLIKELY(rk->base == nullptr)) return atomic_unsupported(rk);
+    if (LOOM_UNLIKELY(rk->base == nullptr)) {
+        return emu_atomic(ep, rk, op, sizeof(T), value, 0, nullptr, remote_addr, nullptr);
+    }
     (void)atomic_apply(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
     return Status::ok;
 }
 
 template <typename T>
 Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint64_t remote_addr,
-                           std::uint64_t rkey, Completion*) {
+                           std::uint64_t rkey, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (LOOM_UNLIKELY(op == AtomicOp::cswap)) return Status::unsupported;  // ep_atomic*_cswap does it
@@ -286,14 +262,16 @@ Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint6
         return access_denied(rk, remote_addr, sizeof(T), kAccessRemoteAtomic);
     }
     if (!rma_ready(ep)) return rma_blocked(ep);
-    if (LOOM_UNLIKELY(rk->base == nullptr)) return atomic_unsupported(rk);
+    if (LOOM_UNLIKELY(rk->base == nullptr)) {
+        return emu_atomic(ep, rk, op, sizeof(T), value, 0, result, remote_addr, comp);
+    }
     *result = atomic_apply(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
     return Status::ok;
 }
 
 template <typename T>
 Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey,
-                           T* result, Completion*) {
+                           T* result, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     RemoteKey* rk = remote_key(rkey);
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
@@ -301,11 +279,10 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
         return access_denied(rk, remote_addr, sizeof(T), kAccessRemoteAtomic);
     }
     if (!rma_ready(ep)) return rma_blocked(ep);
-    if (LOOM_UNLIKELY(rk->base == nullptr)) return atomic_unsupported(rk);
-    T expected = compare;
-    __atomic_compare_exchange_n(reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), &expected, swap,
-                                false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    *result = expected;  // the previous value, whether or not the swap happened
+    if (LOOM_UNLIKELY(rk->base == nullptr)) {
+        return emu_atomic(ep, rk, AtomicOp::cswap, sizeof(T), swap, compare, result, remote_addr, comp);
+    }
+    *result = atomic_cswap_apply(reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), compare, swap);
     return Status::ok;
 }
 

@@ -31,14 +31,45 @@ inline constexpr std::size_t kMaxPutShort = kMaxShort;
 inline constexpr std::size_t kMaxZcopyHeader = 128;
 inline constexpr std::size_t kMaxIov = 16;
 
+/** Applies @p op atomically at @p addr and returns the previous value. */
+template <typename T>
+T atomic_apply(AtomicOp op, T* addr, T value) {
+    switch (op) {
+        case AtomicOp::add:
+            return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::and_:
+            return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::or_:
+            return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::xor_:
+            return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::swap:
+            return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::cswap:
+            break;  // atomic_cswap_apply
+    }
+    return 0;
+}
+
+/** Compare-and-swap at @p addr; returns the previous value, whether or not the swap happened. */
+template <typename T>
+T atomic_cswap_apply(T* addr, T compare, T swap) {
+    T expected = compare;
+    __atomic_compare_exchange_n(addr, &expected, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return expected;
+}
+
+
 class ShmIface;
 struct Peer;
 struct ShmEp;
 
-/** An emulated put or get in flight (fallback path only). */
+/** An emulated put, get or fetching atomic in flight (fallback path only). */
 struct EmuOp {
-    enum class Kind : std::uint8_t { put, get };
+    enum class Kind : std::uint8_t { put, get, atomic };
     Kind kind;
+    std::uint8_t result_size = 0;  ///< atomic: 4 or 8
+    void* result = nullptr;        ///< atomic: where the previous value goes
     std::uint64_t id = 0;
     ShmEp* ep = nullptr;
     Completion* comp = nullptr;
@@ -55,7 +86,7 @@ struct EmuOp {
 /** Outstanding emulated operations of an endpoint. */
 struct EmuState {
     std::deque<EmuOp*> sending;  ///< puts not fully pushed, in order; the first blocks the endpoint
-    std::vector<EmuOp*> gets;    ///< gets waiting for replies
+    std::vector<EmuOp*> gets;    ///< gets and fetching atomics waiting for replies
     std::vector<Completion*> flush_waiters;
     std::size_t outstanding() const { return sending.size() + gets.size(); }
 };
@@ -150,7 +181,8 @@ struct EpOps {
 private:
     LOOM_COLD static Status access_denied(const RemoteKey* rk, std::uint64_t addr, std::uint64_t len,
                                           unsigned need);
-    LOOM_COLD static Status atomic_unsupported(RemoteKey* rk);
+    static Status emu_atomic(ShmEp* ep, RemoteKey* rk, AtomicOp op, unsigned size, std::uint64_t value,
+                             std::uint64_t compare, void* result, std::uint64_t remote_addr, Completion* comp);
     LOOM_COLD static Status cma_failed(ShmEp* ep, int err, bool write);
     static Status emu_put(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, std::uint64_t total,
                           std::uint64_t remote_addr, Completion* comp);

@@ -124,7 +124,7 @@ private:
     };
     static_assert(sizeof(Rx) == kCacheLineSize);
 
-    /** A get being answered: the rest of its data still to send to the requester. */
+    /** A get being answered (the rest of its data still to send to the requester), or an atomic's reply. */
     struct ReplyJob {
         Peer* peer;
         std::uint64_t op_id;
@@ -133,6 +133,9 @@ private:
         std::uint64_t length;
         std::uint64_t offset;
         std::uint32_t max_chunk;
+        bool atomic;        ///< an atomic's reply (length 0), not a get's data
+        std::uint64_t old;  ///< atomic: the previous value
+        std::int32_t status;  ///< atomic: Status of the operation at the target
     };
 
     ShmIface(ShmMd* md, Worker* worker, const TlResource& resource, const ShmConfig& config, Segment segment);
@@ -149,6 +152,9 @@ private:
     void handle_put(const std::uint8_t* data, std::size_t length);
     void handle_get_request(const std::uint8_t* data, std::size_t length);
     void handle_get_reply(const std::uint8_t* data, std::size_t length);
+    void handle_atomic_request(const std::uint8_t* data, std::size_t length);
+    void handle_atomic_reply(const std::uint8_t* data, std::size_t length);
+    bool push_atomic_reply(ReplyJob& job);
     unsigned push_sending();
     unsigned push_replies();
     bool push_reply(ReplyJob& job);
@@ -181,7 +187,7 @@ private:
     ucs::List<ShmEp, &ShmEp::ep_link> eps_;
     std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<Peer>> peers_;  ///< by (pid, cookie)
     std::vector<ShmEp*> errors_;                      ///< failed endpoints to report from progress
-    std::unordered_map<std::uint64_t, EmuOp*> gets_;  ///< emulated gets waiting for replies, by id
+    std::unordered_map<std::uint64_t, EmuOp*> gets_;  ///< emulated gets and atomics waiting for replies, by id
     std::uint64_t next_op_id_ = 1;
     std::size_t outstanding_ = 0;  ///< emulated operations of every endpoint
     std::vector<Completion*> flush_waiters_;

@@ -129,7 +129,6 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
     key->length = pk.length;
     key->base = nullptr;
     key->access = pk.access;
-    key->atomic_warned = false;
     key->pid = pk.pid;
     key->key_id = pk.key_id;
     key->cache = nullptr;

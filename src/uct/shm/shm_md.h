@@ -58,7 +58,7 @@ Status with_region(std::uint64_t key_id, std::uint64_t remote_addr, std::uint64_
 enum class KeyKind : std::uint8_t {
     local = 1,   ///< our own memory: plain loads and stores
     mapped = 2,  ///< a peer's mem_alloc segment, mapped here
-    remote = 3,  ///< a peer's registration: CMA or emulated put/get; no atomics
+    remote = 3,  ///< a peer's registration: CMA or emulated put/get, emulated atomics
 };
 
 class SegmentCache;
@@ -70,7 +70,6 @@ struct RemoteKey {
     std::uint8_t* base;  ///< where address is in this process (local, mapped); null for remote
     KeyKind kind;
     std::uint8_t access;  ///< MemAccess bits granted by the owner
-    bool atomic_warned;   ///< the "atomics need mem_alloc memory" line was logged
     std::uint32_t pid;    ///< owner
     std::uint64_t key_id;
     SegmentCache* cache;  ///< mapped: where to release the mapping

@@ -12,7 +12,10 @@
  * at once blocks its endpoint (new sends return no_resource) until progress has pushed
  * the rest, so operations stay in order. A get sends one GetRequest naming our FIFO; the
  * peer's progress answers with GetReply fragments (or one reply with an error status) and
- * our progress copies them out and completes the operation.
+ * our progress copies them out and completes the operation. An atomic sends one
+ * AtomicRequest; the peer's progress applies it with a CPU atomic after the same checks
+ * and, for a fetching one, answers with an AtomicReply. A posted atomic, like a put, is
+ * done once it is in the FIFO: the peer applies the FIFO's messages in order.
  */
 #include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_common.h"
@@ -351,6 +354,49 @@ Status EpOps::emu_get(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovc
     return Status::in_progress;
 }
 
+Status EpOps::emu_atomic(ShmEp* ep, RemoteKey* rk, AtomicOp op, unsigned size, std::uint64_t value,
+                         std::uint64_t compare, void* result, std::uint64_t remote_addr, Completion* comp) {
+    auto* iface = static_cast<ShmIface*>(ep->iface);
+    if (rk->pid != ep->peer->seg.pid) return wrong_process(rk, ep);
+    const std::uint64_t cells = msg_cells(sizeof(AtomicRequest));
+    FifoCtl* fifo = ep->fifo;
+    std::uint64_t pos;
+    if (!fifo_reserve(fifo, &ep->cached_tail, cells, &pos)) return iface->send_blocked(ep);
+    AtomicRequest request{};
+    request.remote_addr = remote_addr;
+    request.key_id = rk->key_id;
+    request.value = value;
+    request.compare = compare;
+    request.op = static_cast<std::uint8_t>(op);
+    request.size = static_cast<std::uint8_t>(size);
+    EmuOp* pending = nullptr;
+    if (result != nullptr) {
+        pending = new EmuOp();
+        pending->kind = EmuOp::Kind::atomic;
+        pending->id = iface->next_op_id_++;
+        pending->ep = ep;
+        pending->comp = comp;
+        pending->result = result;
+        pending->result_size = static_cast<std::uint8_t>(size);
+        pending->remote_addr = remote_addr;
+        pending->key_id = rk->key_id;
+        request.op_id = pending->id;
+        const SegmentId& own = iface->segment_.id();
+        static_assert(sizeof(request.reply_to) == sizeof(SegmentId));
+        std::memcpy(request.reply_to, &own, sizeof(own));
+    }
+    Cell* cell = fifo->cells() + (pos & fifo->mask);
+    std::memcpy(cell->payload(), &request, sizeof(request));
+    set_header(cell, MsgType::atomic_req, sizeof(request), cells);
+    publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
+    if (pending == nullptr) return Status::ok;
+    iface->emu_of(ep).gets.push_back(pending);
+    iface->gets_.emplace(pending->id, pending);
+    ++iface->outstanding_;
+    return Status::in_progress;
+}
+
 // --- Progress: pushing the rest of puts -----------------------------------------------------------
 
 unsigned ShmIface::push_sending() {
@@ -415,11 +461,75 @@ void ShmIface::handle_get_request(const std::uint8_t* data, std::size_t length) 
     }
     ++(*peer)->refs;
     replies_.push_back(
-        ReplyJob{*peer, request.op_id, request.remote_addr, request.key_id, request.length, 0, chunk});
+        ReplyJob{*peer, request.op_id, request.remote_addr, request.key_id, request.length, 0, chunk, false, 0, 0});
     set_work(kWorkReplies);
 }
 
+void ShmIface::handle_atomic_request(const std::uint8_t* data, std::size_t length) {
+    if (length != sizeof(AtomicRequest)) {
+        LOOM_LOG_WARN("dropped an atomic request of {} bytes (expected {})", length, sizeof(AtomicRequest));
+        return;
+    }
+    AtomicRequest request;
+    std::memcpy(&request, data, sizeof(request));
+    const auto op = static_cast<AtomicOp>(request.op);
+    std::uint64_t old = 0;
+    Status status = Status::invalid_param;
+    if ((request.size == 4 || request.size == 8) && request.op <= static_cast<std::uint8_t>(AtomicOp::cswap) &&
+        request.remote_addr % request.size == 0) {
+        status = with_region(request.key_id, request.remote_addr, request.size, kAccessRemoteAtomic,
+                             [&](std::uint8_t* word) {
+                                 if (request.size == 8) {
+                                     auto* w = reinterpret_cast<std::uint64_t*>(word);
+                                     old = op == AtomicOp::cswap ? atomic_cswap_apply(w, request.compare, request.value)
+                                                                 : atomic_apply(op, w, request.value);
+                                 } else {
+                                     auto* w = reinterpret_cast<std::uint32_t*>(word);
+                                     const auto value = static_cast<std::uint32_t>(request.value);
+                                     old = op == AtomicOp::cswap
+                                               ? atomic_cswap_apply(w, static_cast<std::uint32_t>(request.compare), value)
+                                               : atomic_apply(op, w, value);
+                                 }
+                             });
+    }
+    if (status != Status::ok) {
+        LOOM_LOG_WARN("refused an emulated {}-byte atomic at {:#x}: {}", request.size, request.remote_addr,
+                      status == Status::invalid_param ? "bad size, operation or alignment"
+                                                      : "no registration allows it (key " +
+                                                            fmt::format("{:#x}", request.key_id) + ")");
+    }
+    if (request.op_id == 0) return;  // posted: nobody waits for an answer
+    SegmentId reply_to;
+    std::memcpy(&reply_to, request.reply_to, sizeof(reply_to));
+    std::string reason;
+    auto peer = attach_peer(reply_to, &reason);
+    if (!peer) {
+        LOOM_LOG_WARN("dropped the reply to an atomic of process {}: cannot reach its FIFO: {}", reply_to.pid,
+                      reason);
+        return;
+    }
+    ++(*peer)->refs;
+    replies_.push_back(ReplyJob{*peer, request.op_id, request.remote_addr, request.key_id, 0, 0, 0, true, old,
+                                static_cast<std::int32_t>(status)});
+    set_work(kWorkReplies);
+}
+
+bool ShmIface::push_atomic_reply(ReplyJob& job) {
+    FifoCtl* fifo = job.peer->fifo;
+    const std::uint64_t cells = msg_cells(sizeof(AtomicReply));
+    std::uint64_t pos;
+    if (!fifo_reserve(fifo, &job.peer->cached_tail, cells, &pos)) return false;
+    Cell* cell = fifo->cells() + (pos & fifo->mask);
+    const AtomicReply reply{job.op_id, job.old, job.status, 0};
+    std::memcpy(cell->payload(), &reply, sizeof(reply));
+    set_header(cell, MsgType::atomic_rep, sizeof(reply), cells);
+    publish(cell, pos, fifo->salt);
+    fifo_notify(fifo);
+    return true;
+}
+
 bool ShmIface::push_reply(ReplyJob& job) {
+    if (job.atomic) return push_atomic_reply(job);
     FifoCtl* fifo = job.peer->fifo;
     do {
         const std::size_t n =
@@ -480,6 +590,11 @@ void ShmIface::handle_get_reply(const std::uint8_t* data, std::size_t length) {
         return;
     }
     EmuOp* op = it->second;
+    if (op->kind != EmuOp::Kind::get) {
+        LOOM_LOG_WARN("malformed reply: get reply to operation {}, which is not a get", reply.op_id);
+        finish_op(op, Status::malformed_packet);
+        return;
+    }
     const std::size_t n = length - sizeof(GetReply);
     const auto status = static_cast<Status>(reply.status);
     if (status != Status::ok) {
@@ -502,6 +617,38 @@ void ShmIface::handle_get_reply(const std::uint8_t* data, std::size_t length) {
         if (op->unpack != nullptr) op->unpack(op->unpack_arg, op->staging.data(), op->total);
         finish_op(op, Status::ok);
     }
+}
+
+void ShmIface::handle_atomic_reply(const std::uint8_t* data, std::size_t length) {
+    if (length != sizeof(AtomicReply)) {
+        LOOM_LOG_WARN("dropped an atomic reply of {} bytes (expected {})", length, sizeof(AtomicReply));
+        return;
+    }
+    AtomicReply reply;
+    std::memcpy(&reply, data, sizeof(reply));
+    auto it = gets_.find(reply.op_id);
+    if (it == gets_.end()) {
+        LOOM_LOG_DEBUG("dropped a reply to atomic {} (destroyed endpoint or canceled operation)", reply.op_id);
+        return;
+    }
+    EmuOp* op = it->second;
+    const auto status = static_cast<Status>(reply.status);
+    if (op->kind != EmuOp::Kind::atomic) {
+        LOOM_LOG_WARN("malformed reply: atomic reply to operation {}, which is not an atomic", reply.op_id);
+        finish_op(op, Status::malformed_packet);
+        return;
+    }
+    if (status != Status::ok) {
+        finish_op(op, is_error(status) ? status : Status::malformed_packet);
+        return;
+    }
+    if (op->result_size == 8) {
+        std::memcpy(op->result, &reply.old, 8);
+    } else {
+        const auto old = static_cast<std::uint32_t>(reply.old);
+        std::memcpy(op->result, &old, 4);
+    }
+    finish_op(op, Status::ok);
 }
 
 }  // namespace loom::uct::shm

@@ -68,6 +68,12 @@ void ShmIface::handle_other(Cell* cell, std::uint32_t) {
         case MsgType::get_rep:
             handle_get_reply(data, length);
             break;
+        case MsgType::atomic_req:
+            handle_atomic_request(data, length);
+            break;
+        case MsgType::atomic_rep:
+            handle_atomic_reply(data, length);
+            break;
         default:
             bad_message(cell);
             break;

@@ -51,6 +51,8 @@ enum class MsgType : std::uint8_t {
     put = 3,      ///< emulated put: PutHeader, then the bytes to write
     get_req = 4,  ///< emulated get request: GetRequest
     get_rep = 5,  ///< emulated get reply: GetReply, then the bytes read
+    atomic_req = 6,  ///< emulated atomic: AtomicRequest
+    atomic_rep = 7,  ///< emulated atomic's reply (fetching ones only): AtomicReply
 };
 
 /** Start of the first cell of every message. */
@@ -138,6 +140,31 @@ struct GetReply {
     std::uint64_t op_id;
     std::uint64_t offset;
     std::int32_t status;  ///< Status: ok, or why the target refused (no data follows then)
+    std::uint32_t reserved;
+};
+
+/**
+ * Emulated atomic on memory the requester has not mapped: the target applies it with a CPU
+ * atomic instruction, so it stays atomic with every other path to that word (peers that
+ * mapped it, tcp's target side, the owner's own atomics).
+ */
+struct AtomicRequest {
+    std::uint64_t remote_addr;
+    std::uint64_t key_id;
+    std::uint64_t op_id;    ///< 0: posted (no reply); else echoed in the AtomicReply
+    std::uint64_t value;    ///< the operand (cswap: the value swapped in)
+    std::uint64_t compare;  ///< cswap only
+    std::uint8_t op;        ///< AtomicOp
+    std::uint8_t size;      ///< 4 or 8 bytes
+    std::uint8_t reserved[6];
+    std::uint8_t reply_to[40];  ///< the requester's FIFO (a SegmentId); fetching ones only
+};
+
+/** Emulated atomic's reply: the previous value (its low @p size bytes), or an error. */
+struct AtomicReply {
+    std::uint64_t op_id;
+    std::uint64_t old;
+    std::int32_t status;  ///< Status: ok, or why the target refused
     std::uint32_t reserved;
 };
 

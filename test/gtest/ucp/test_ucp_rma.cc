@@ -390,13 +390,15 @@ TEST_P(UcpRmaTest, AtomicsEveryOperation) {
                 EXPECT_EQ(0x5c, m.address[8 + size]) << "the atomic touched a neighbour";
             }
         }
-        // Compare-and-swap: the reply buffer holds the value to compare with, then the old value.
+        // Compare-and-swap (as in UCX): the operand is the value to compare with; the reply
+        // buffer holds the value to swap in, then the old value.
         for (bool equal : {true, false}) {
             std::memcpy(word, &a, size);
             std::uint64_t cmp = equal ? a : a + 1;
-            ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_CSWAP, size, b, &cmp, word, k));
+            std::uint64_t swap_in = b;
+            ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_CSWAP, size, cmp, &swap_in, word, k));
             std::uint64_t old = 0;
-            std::memcpy(&old, &cmp, size);
+            std::memcpy(&old, &swap_in, size);
             EXPECT_EQ(a & mask, old) << "cswap size " << size;
             EXPECT_EQ((equal ? b : a) & mask, read()) << "cswap size " << size << " equal " << equal;
         }
@@ -944,10 +946,10 @@ TEST_P(UcpRmaMultiProcTest, PutGetAtomicsBetweenProcesses) {
             }
         }
         std::uint64_t cmp = expect & mask, swap = 7;
-        p.reply_buffer = &cmp;
+        p.reply_buffer = &swap;  // in: the value swapped in; out: the previous value
         ASSERT_EQ(LOOM_OK,
-                  me.wait(loom_atomic_op_nbx(me.ep, LOOM_ATOMIC_OP_CSWAP, &swap, 1, word, rkey_, &p)));
-        EXPECT_EQ(expect & mask, cmp & mask);
+                  me.wait(loom_atomic_op_nbx(me.ep, LOOM_ATOMIC_OP_CSWAP, &cmp, 1, word, rkey_, &p)));
+        EXPECT_EQ(expect & mask, swap & mask);
         std::uint64_t now = 0;
         ASSERT_EQ(LOOM_OK, me.wait(loom_get_nbx(me.ep, &now, size, word, rkey_, nullptr)));
         EXPECT_EQ(7u, now);

@@ -400,13 +400,12 @@ TEST_P(ShmRmaTest, PutAndGetOfEveryFlavour) {
     loom::test::LogCapture capture("error");
     EXPECT_EQ("", exercise_rma(side, t, emulated));
     EXPECT_EQ(2, capture.count("outside the remote key's region"));
-    // Atomics need mem_alloc memory: one log line however often they are tried.
+    // Atomics on a registration are checked here first, like puts (the target applies them).
     std::uint64_t old = 0;
     TestCompletion comp;
-    EXPECT_EQ(Status::unsupported,
-              ep_atomic64_fetch(t.ep, AtomicOp::add, 1, &old, t.big_addr, t.big.rkey, &comp));
-    EXPECT_EQ(Status::unsupported, ep_atomic64_post(t.ep, AtomicOp::add, 1, t.big_addr, t.big.rkey));
-    EXPECT_EQ(1, capture.count("atomics need memory from mem_alloc"));
+    EXPECT_EQ(Status::access_denied, ep_atomic64_post(t.ep, AtomicOp::add, 1, t.small_addr, t.small.rkey));
+    EXPECT_EQ(Status::access_denied,
+              ep_atomic64_fetch(t.ep, AtomicOp::add, 1, &old, t.big_addr + kBig, t.big.rkey, &comp));
     EXPECT_EQ(Status::ok, raise_signal(side, t.ep));  // ignored by a target that does not progress
     child.channel().send(std::string("check"));
     EXPECT_EQ("ok", verdict(child));
@@ -566,6 +565,101 @@ TEST(ShmMultiProcess, AtomicsOnMemAllocMemoryAreExactAcrossProcesses) {
     EXPECT_EQ(2u * kCswaps, words[2]);
     shm_component().rkey_release(*rkey);
     EXPECT_EQ(Status::ok, side.md().mem_free(alloc->second));
+}
+
+/**
+ * Atomics on memory the target registered (not mem_alloc'ed: not mapped by the initiator)
+ * are applied by the target's progress with CPU atomics, so they stay exact against the
+ * target's own atomics on the same words, which it runs between progress calls: fetch-add
+ * (64 bit), posted add (32 bit), compare-and-swap increments (64 bit) and swap (32 bit).
+ * This is what MPI_Win_create windows and OpenSHMEM's static data need.
+ */
+TEST(ShmMultiProcess, AtomicsOnRegisteredMemoryAreExactAgainstTheOwnersOwn) {
+    constexpr int kOps = 3000;
+    constexpr int kCswaps = 500;
+    ForkedPeer child([&](Channel& ch) {
+        ChildReport report;
+        ShmSide side;
+        alignas(64) static std::uint64_t words[8];
+        ch.send(side.address());
+        ch.send(side.register_and_pack(words, sizeof(words), kAccessAll));
+        const auto base = reinterpret_cast<std::uint64_t>(words);
+        ch.send(std::vector<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&base),
+                                          reinterpret_cast<const std::uint8_t*>(&base) + 8));
+        // Our own atomics on the same words, one between two progress calls once the
+        // initiator's have begun, until all are done and we are told to check.
+        int mine = 0;
+        while (mine < kOps || !ch.readable()) {
+            side.progress();
+            if (mine < kOps && __atomic_load_n(&words[0], __ATOMIC_SEQ_CST) != 0) {
+                __atomic_fetch_add(&words[0], 1, __ATOMIC_SEQ_CST);
+                __atomic_fetch_add(reinterpret_cast<std::uint32_t*>(&words[1]), 1u, __ATOMIC_SEQ_CST);
+                ++mine;
+            }
+        }
+        report.check(ch.recv_text() == "check", "no check command");
+        report.check(mine == kOps, "the target ran only " + std::to_string(mine) + " of its atomics");
+        std::uint32_t counter32, swapped;
+        std::memcpy(&counter32, &words[1], 4);
+        std::memcpy(&swapped, &words[3], 4);
+        report.check(words[0] == 2u * kOps, "64-bit counter " + std::to_string(words[0]));
+        report.check(counter32 == 2u * kOps, "32-bit counter " + std::to_string(counter32));
+        report.check(words[2] == kCswaps, "compare-and-swap counter " + std::to_string(words[2]));
+        report.check(swapped == 0xabcd, "swapped word");
+        int code = report.finish(ch);
+        (void)ch.recv();
+        return code;
+    });
+    ShmSide side({{"SHM_CMA", "yes"}});
+    auto address = child.channel().recv();
+    auto key = child.channel().recv();
+    auto base_bytes = child.channel().recv();
+    ASSERT_TRUE(address && key && base_bytes && base_bytes->size() == 8);
+    std::uint64_t base;
+    std::memcpy(&base, base_bytes->data(), 8);
+    Ep* ep = side.connect_or_throw(*address);
+    auto rkey = shm_component().rkey_unpack(key->data(), key->size());
+    ASSERT_TRUE(rkey.ok());
+    std::uint64_t last = 0;
+    for (int i = 0; i < kOps; ++i) {
+        std::uint64_t old = ~0ull;
+        TestCompletion comp;
+        Status s;
+        while ((s = ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, base, rkey->rkey, &comp)) == Status::no_resource)
+            side.progress();
+        ASSERT_EQ(Status::ok, finish(side, s, comp)) << "fetch-add " << i;
+        ASSERT_TRUE(i == 0 || old > last) << "fetch-add " << i << " saw " << old << " after " << last;
+        last = old;
+        while ((s = ep_atomic32_post(ep, AtomicOp::add, 1, base + 8, rkey->rkey)) == Status::no_resource)
+            side.progress();
+        ASSERT_EQ(Status::ok, s) << "posted add " << i;
+    }
+    for (int i = 0; i < kCswaps; ++i) {
+        std::uint64_t seen = 0, expected = 0;
+        do {
+            expected = seen;
+            TestCompletion comp;
+            Status s;
+            while ((s = ep_atomic64_cswap(ep, expected, expected + 1, base + 16, rkey->rkey, &seen, &comp)) ==
+                   Status::no_resource)
+                side.progress();
+            ASSERT_EQ(Status::ok, finish(side, s, comp));
+        } while (seen != expected);
+    }
+    std::uint32_t old32 = 1;
+    TestCompletion swap_comp;
+    Status s = ep_atomic32_fetch(ep, AtomicOp::swap, 0xabcd, &old32, base + 24, rkey->rkey, &swap_comp);
+    ASSERT_EQ(Status::ok, finish(side, s, swap_comp));
+    EXPECT_EQ(0u, old32);
+    // A misaligned word is refused here; a forged address outside the key, too.
+    EXPECT_EQ(Status::invalid_param, ep_atomic64_post(ep, AtomicOp::add, 1, base + 4, rkey->rkey));
+    EXPECT_EQ(Status::access_denied, ep_atomic64_post(ep, AtomicOp::add, 1, base + 64, rkey->rkey));
+    EXPECT_EQ(Status::ok, flush_ep(side, ep));
+    child.channel().send(std::string("check"));
+    EXPECT_EQ("ok", verdict(child));
+    shm_component().rkey_release(*rkey);
+    child.channel().send(std::string("done"));
+    EXPECT_EQ(0, child.wait());
 }
 
 TEST(ShmMultiProcess, PutAndGetToMemAllocMemoryGoThroughTheMapping) {
