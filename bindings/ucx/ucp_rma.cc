@@ -86,14 +86,17 @@ ucs_status_t ucp_mem_map(ucp_context_h context,
         lp.length = params->length;
     }
     const unsigned flags = (m & UCP_MEM_MAP_PARAM_FIELD_FLAGS) ? params->flags : 0;
-    if (flags & UCP_MEM_MAP_FIXED) {
-        log_error("ucp_mem_map", "UCP_MEM_MAP_FIXED (memory at a fixed address) is not supported yet");
-        return UCS_ERR_UNSUPPORTED;
-    }
     if (flags & UCP_MEM_MAP_ALLOCATE) {
         lp.field_mask |= LOOM_MEM_MAP_PARAM_FIELD_FLAGS;
         lp.flags = LOOM_MEM_MAP_ALLOCATE;
-        lp.field_mask &= ~std::uint64_t{LOOM_MEM_MAP_PARAM_FIELD_ADDRESS};  // a hint UCX may ignore
+        if (flags & UCP_MEM_MAP_FIXED) {
+            lp.flags |= LOOM_MEM_MAP_FIXED;  // spml ucx's symmetric heap, at the same address in every PE
+        } else {
+            lp.field_mask &= ~std::uint64_t{LOOM_MEM_MAP_PARAM_FIELD_ADDRESS};  // a hint UCX may ignore
+        }
+    } else if (flags & UCP_MEM_MAP_FIXED) {
+        log_error("ucp_mem_map", "UCP_MEM_MAP_FIXED without UCP_MEM_MAP_ALLOCATE: nothing to place");
+        return UCS_ERR_INVALID_PARAM;
     }
     // NONBLOCK: registration on first use is what Loom's caches do anyway.
     if (m & UCP_MEM_MAP_PARAM_FIELD_PROT) {

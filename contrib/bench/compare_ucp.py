@@ -3,8 +3,8 @@
 
 Runs loom_perftest and ucx_perftest (Debian's UCX, only as the baseline) with the same
 ucp test options between two processes on this host, alternating Loom and UCX for
-every repeat so drift on the machine hits both, and prints one markdown table: the
-median of each side and a ratio that is below 1 when Loom is better:
+every repeat, and which of them runs first, so drift on the machine hits both, and prints
+one markdown table: the median of each side and a ratio that is below 1 when Loom is better:
 
     latency (tag_lat, ucp_am_lat, stream_lat, ucp_put_lat: one-way p50 and overall
              average; ucp_get: one get, usec):                             Loom / UCX
@@ -132,13 +132,15 @@ def main():
             w = max(warmup // scale, 1)
             lv, uv = [], []
             base_env = loom_env if a.baseline_loom else ucx_env
-            for _ in range(a.repeats):
-                r = run_pair(a.loom, loom_env, args, n, w)
-                if r:
-                    lv.append(r)
-                r = run_pair(a.ucx, base_env, args, n, w)
-                if r:
-                    uv.append(r)
+            for rep in range(a.repeats):
+                # Which side runs first alternates too (ABBA): shm ucp_put_lat 8 B is bimodal
+                # (0.04-0.07 or 0.23-0.25 us) and takes the slow mode more often in the first
+                # run of a pair, whichever build that is (docs/performance.md).
+                sides = [(a.loom, loom_env, lv), (a.ucx, base_env, uv)]
+                for exe, env, into in (sides if rep % 2 == 0 else sides[::-1]):
+                    r = run_pair(exe, env, args, n, w)
+                    if r:
+                        into.append(r)
             rows.append((full, kind, n, lv, uv))
             show = "lat" if kind == "lat" else kind
             print(f"# {full}: loom {[x[show] for x in lv]} baseline {[x[show] for x in uv]}", file=sys.stderr)

@@ -40,7 +40,10 @@ enum {
 enum {
     /** Loom allocates the memory (a shared-memory segment where a transport offers one, so
         that peers on the host can map it: shm atomics need such memory); address is ignored. */
-    LOOM_MEM_MAP_ALLOCATE = 1u << 1
+    LOOM_MEM_MAP_ALLOCATE = 1u << 1,
+    /** With LOOM_MEM_MAP_ALLOCATE: place the memory at exactly address (page aligned), never
+        over an existing mapping (LOOM_ERR_NO_MEMORY then), as an OpenSHMEM symmetric heap needs. */
+    LOOM_MEM_MAP_FIXED = 1u << 2
 };
 
 /** loom_mem_map_params_t.prot: who may access the memory; default: everything. */
@@ -55,7 +58,7 @@ enum {
 /** What to map. */
 typedef struct {
     uint64_t field_mask;
-    void* address;  /**< the memory to register (without LOOM_MEM_MAP_ALLOCATE) */
+    void* address;  /**< the memory to register (without LOOM_MEM_MAP_ALLOCATE), or where to place it (FIXED) */
     size_t length;  /**< bytes; required, nonzero */
     unsigned flags; /**< LOOM_MEM_MAP_* */
     unsigned prot;  /**< LOOM_MEM_MAP_PROT_* bits */

@@ -105,15 +105,31 @@ TEST_P(RmaTest, MemMapQueryAdviseUnmap) {
     EXPECT_GE(ma.length, 100000u);
     std::memset(ma.address, 0x5a, 100000);
     EXPECT_EQ(UCS_OK, ucp_mem_unmap(p.ctx, alloc));
-    // UCP_MEM_MAP_FIXED is not supported: a status and one log line.
+    // ALLOCATE|FIXED (spml ucx's symmetric heap): exactly at the address, writable; a second
+    // one over it is refused with a status and one log line, and nothing is unmapped.
     mp.flags = UCP_MEM_MAP_ALLOCATE | UCP_MEM_MAP_FIXED;
-    mp.address = reinterpret_cast<void*>(0x7f0000000000ull);
+    mp.address = reinterpret_cast<void*>(0x6f0000000000ull);
+    mp.length = 3 * 4096 + 100;
     ucp_mem_h fixed = nullptr;
+    ASSERT_EQ(UCS_OK, ucp_mem_map(p.ctx, &mp, &fixed));
+    ASSERT_EQ(UCS_OK, ucp_mem_query(fixed, &ma));
+    EXPECT_EQ(mp.address, ma.address);
+    EXPECT_GE(ma.length, mp.length);
+    std::memset(mp.address, 0x6b, mp.length);
+    ucp_mem_h clash = nullptr;
     testing::internal::CaptureStderr();
-    EXPECT_EQ(UCS_ERR_UNSUPPORTED, ucp_mem_map(p.ctx, &mp, &fixed));
+    EXPECT_EQ(UCS_ERR_NO_MEMORY, ucp_mem_map(p.ctx, &mp, &clash));
     std::string err = testing::internal::GetCapturedStderr();
     EXPECT_EQ(1, layer_log_lines(err)) << err;
-    EXPECT_EQ(nullptr, fixed);
+    EXPECT_EQ(nullptr, clash);
+    EXPECT_EQ(0x6b, static_cast<unsigned char*>(mp.address)[mp.length - 1]) << "the first mapping is intact";
+    EXPECT_EQ(UCS_OK, ucp_mem_unmap(p.ctx, fixed));
+    // FIXED without ALLOCATE places nothing.
+    mp.flags = UCP_MEM_MAP_FIXED;
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, ucp_mem_map(p.ctx, &mp, &fixed));
+    err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(1, layer_log_lines(err)) << err;
     // Device memory: not supported either.
     mp = ucp_mem_map_params_t{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |

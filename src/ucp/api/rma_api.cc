@@ -165,8 +165,14 @@ loom_status_t loom_mem_map(loom_context_h context, const loom_mem_map_params_t* 
     void* address = (fm & LOOM_MEM_MAP_PARAM_FIELD_ADDRESS) ? params->address : nullptr;
     const unsigned prot = (fm & LOOM_MEM_MAP_PARAM_FIELD_PROT) ? params->prot : kAllProt;
     const bool allocate = flags & LOOM_MEM_MAP_ALLOCATE;
-    if (flags & ~static_cast<unsigned>(LOOM_MEM_MAP_ALLOCATE)) {
+    const bool fixed = flags & LOOM_MEM_MAP_FIXED;
+    if (flags & ~static_cast<unsigned>(LOOM_MEM_MAP_ALLOCATE | LOOM_MEM_MAP_FIXED)) {
         LOOM_LOG_ERROR("ucp: loom_mem_map: unknown flags {:#x}", flags);
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    if (fixed && (!allocate || address == nullptr || reinterpret_cast<std::uintptr_t>(address) % 4096 != 0)) {
+        LOOM_LOG_ERROR("ucp: loom_mem_map: LOOM_MEM_MAP_FIXED needs LOOM_MEM_MAP_ALLOCATE and a page-aligned "
+                       "address (got flags {:#x}, address {})", flags, address);
         return LOOM_ERR_INVALID_PARAM;
     }
     if (prot & ~kAllProt) {
@@ -184,7 +190,7 @@ loom_status_t loom_mem_map(loom_context_h context, const loom_mem_map_params_t* 
         return LOOM_ERR_INVALID_PARAM;
     }
     try {
-        auto mem = mem_map(*context->impl, address, length, allocate, access_of_prot(prot));
+        auto mem = mem_map(*context->impl, address, length, allocate, access_of_prot(prot), fixed);
         if (!mem) return static_cast<loom_status_t>(mem.status());
         *memh = reinterpret_cast<loom_mem_h>(*mem);
         return LOOM_OK;

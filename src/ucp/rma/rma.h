@@ -96,7 +96,8 @@ inline std::uint8_t rma_lane(const Ep* ep) {
  * Maps @p length bytes at @p address, or allocates them (@p allocate), with @p access
  * (uct::MemAccess bits): see loom_mem_map. The status of the transport that refused.
  */
-Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool allocate, unsigned access);
+Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool allocate, unsigned access,
+                     bool fixed = false);
 
 /** Releases a mapping; invalid_param (logged) for one of another context. */
 Status mem_unmap(Context& context, Mem* mem);

@@ -64,7 +64,8 @@ void deregister(Mem& mem) {
 
 }  // namespace
 
-Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool allocate, unsigned access) {
+Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool allocate, unsigned access,
+                     bool fixed) {
     auto mem = std::make_unique<Mem>();
     mem->context = &context;
     mem->length = length;
@@ -79,7 +80,8 @@ Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool a
     if (allocate) {
         for (const ContextResource* rsc : mds) {
             if (!(rsc->md_attr.flags & uct::MdAttr::kAlloc) || rsc->md_attr.max_alloc < length) continue;
-            auto allocated = rsc->md->mem_alloc(length, access);
+            auto allocated = rsc->md->mem_alloc_at(length, access, fixed ? address : nullptr);
+            if (!allocated && fixed && allocated.status() != Status::unsupported) return allocated.status();
             if (!allocated) {
                 LOOM_LOG_DEBUG("ucp: mem_map: {} cannot allocate {} bytes ({}); trying the next way",
                                rsc->md->name(), length, to_string(allocated.status()));
@@ -91,9 +93,17 @@ Result<Mem*> mem_map(Context& context, void* address, std::size_t length, bool a
             break;
         }
         if (mem->alloc_md == nullptr) {
-            void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            void* p = ::mmap(fixed ? address : nullptr, length, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | (fixed ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+            if (p != MAP_FAILED && fixed && p != address) {  // a kernel without MAP_FIXED_NOREPLACE
+                (void)::munmap(p, length);
+                p = MAP_FAILED;
+                errno = EEXIST;
+            }
             if (p == MAP_FAILED) {
-                LOOM_LOG_ERROR("ucp: mem_map: cannot allocate {} bytes: {}", length, std::strerror(errno));
+                LOOM_LOG_ERROR("ucp: mem_map: cannot allocate {} bytes{}: {}", length,
+                               fixed ? fmt::format(" at {}", address) : std::string(),
+                               errno == EEXIST && fixed ? "something is mapped there already" : std::strerror(errno));
                 return Status::no_memory;
             }
             mem->address = static_cast<std::uint8_t*>(p);

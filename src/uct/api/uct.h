@@ -288,7 +288,16 @@ public:
     virtual Status mem_dereg(MemH memh);
 
     /** Allocates @p length bytes that peers can access (shared memory where useful); returns address and handle. */
-    virtual Result<std::pair<void*, MemH>> mem_alloc(std::size_t length, unsigned access);
+    Result<std::pair<void*, MemH>> mem_alloc(std::size_t length, unsigned access) {
+        return mem_alloc_at(length, access, nullptr);
+    }
+
+    /**
+     * As mem_alloc, placed at exactly @p fixed_address (page aligned) when it is not null
+     * (an OpenSHMEM symmetric heap): unsupported where the domain cannot place its memory,
+     * no_memory (logged) when something is already mapped in the range.
+     */
+    virtual Result<std::pair<void*, MemH>> mem_alloc_at(std::size_t length, unsigned access, void* fixed_address);
 
     /** Frees memory from mem_alloc. */
     virtual Status mem_free(MemH memh);

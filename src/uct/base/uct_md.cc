@@ -8,7 +8,7 @@ Result<MemH> Md::mem_reg(void*, std::size_t, unsigned) { return Status::unsuppor
 
 Status Md::mem_dereg(MemH) { return Status::unsupported; }
 
-Result<std::pair<void*, MemH>> Md::mem_alloc(std::size_t, unsigned) { return Status::unsupported; }
+Result<std::pair<void*, MemH>> Md::mem_alloc_at(std::size_t, unsigned, void*) { return Status::unsupported; }
 
 Status Md::mem_free(MemH) { return Status::unsupported; }
 

@@ -249,14 +249,14 @@ Status ShmMd::mem_dereg(MemH memh) {
     return remove_region(memh, false);
 }
 
-Result<std::pair<void*, MemH>> ShmMd::mem_alloc(std::size_t length, unsigned access) {
+Result<std::pair<void*, MemH>> ShmMd::mem_alloc_at(std::size_t length, unsigned access, void* fixed_address) {
     if (length == 0 || (access & ~static_cast<unsigned>(kAccessAll)) != 0) {
         LOOM_LOG_ERROR("mem_alloc: invalid length {} or access {:#x}", length, access);
         return Status::invalid_param;
     }
     auto kind = resolve_segment_kind(config_.segment);
     if (!kind) return kind.status();
-    auto segment = Segment::create(length, *kind);
+    auto segment = Segment::create(length, *kind, fixed_address);
     if (!segment) return segment.status();
     auto owned = std::make_unique<Segment>(std::move(*segment));
     auto* address = static_cast<std::uint8_t*>(owned->address());

@@ -115,7 +115,7 @@ public:
                                               const IfaceParams& params) override;
     Result<MemH> mem_reg(void* address, std::size_t length, unsigned access) override;
     Status mem_dereg(MemH memh) override;
-    Result<std::pair<void*, MemH>> mem_alloc(std::size_t length, unsigned access) override;
+    Result<std::pair<void*, MemH>> mem_alloc_at(std::size_t length, unsigned access, void* fixed_address) override;
     Status mem_free(MemH memh) override;
     Status mkey_pack(MemH memh, std::uint8_t* out) const override;
 

@@ -51,10 +51,19 @@ std::string fd_link(pid_t pid, int fd) {
  * endpoint cost 60 us and a quarter of a megabyte of page-table-backed resident memory,
  * and most peers of a large job touch only the first cells of each other's rings.
  */
-void* map_fd(int fd, std::size_t size, bool populate) {
-    void* address =
-        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
-    return address == MAP_FAILED ? nullptr : address;
+void* map_fd(int fd, std::size_t size, bool populate, void* fixed_address = nullptr) {
+    // MAP_FIXED_NOREPLACE: never over what is mapped there already (a kernel older than 4.17
+    // ignores the flag and may place the mapping elsewhere: checked below).
+    const int fixed = fixed_address != nullptr ? MAP_FIXED_NOREPLACE : 0;
+    void* address = ::mmap(fixed_address, size, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | fixed | (populate ? MAP_POPULATE : 0), fd, 0);
+    if (address == MAP_FAILED) return nullptr;
+    if (fixed_address != nullptr && address != fixed_address) {
+        ::munmap(address, size);
+        errno = EEXIST;
+        return nullptr;
+    }
+    return address;
 }
 
 }  // namespace
@@ -68,8 +77,12 @@ std::string posix_segment_name(const SegmentId& id) {
 
 // --- Segment ----------------------------------------------------------------------------
 
-Result<Segment> Segment::create(std::size_t size, SegmentKind kind) {
+Result<Segment> Segment::create(std::size_t size, SegmentKind kind, void* fixed_address) {
     if (size == 0) return Status::invalid_param;
+    if (reinterpret_cast<std::uintptr_t>(fixed_address) % page_size() != 0) {
+        LOOM_LOG_ERROR("a shared segment at {}: the address is not page aligned", fixed_address);
+        return Status::invalid_param;
+    }
     const ProcessIdentity self = this_process();
     Segment seg;
     seg.size_ = round_to_page(size);
@@ -105,10 +118,15 @@ Result<Segment> Segment::create(std::size_t size, SegmentKind kind) {
         LOOM_LOG_ERROR("sizing a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
         return err == ENOSPC || err == EFBIG ? Status::no_memory : Status::io_error;
     }
-    seg.address_ = map_fd(fd, seg.size_, true);
+    seg.address_ = map_fd(fd, seg.size_, true, fixed_address);
     if (seg.address_ == nullptr) {
         int err = errno;
-        LOOM_LOG_ERROR("mapping a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
+        if (fixed_address != nullptr) {
+            LOOM_LOG_ERROR("mapping a {}-byte shared segment at {} failed: {}", seg.size_, fixed_address,
+                           err == EEXIST ? "something is mapped there already" : errno_string(err));
+        } else {
+            LOOM_LOG_ERROR("mapping a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
+        }
         return Status::no_memory;
     }
     if (kind == SegmentKind::memfd) {

@@ -60,9 +60,11 @@ class Segment {
 public:
     /**
      * Creates and maps a segment of @p size bytes (rounded up to a page) of @p kind,
-     * mode 0600, zero-filled. Returns no_memory / io_error / unsupported (logged).
+     * mode 0600, zero-filled; at exactly @p fixed_address when it is not null (page
+     * aligned, else invalid_param; no_memory when something is mapped there already).
+     * Returns no_memory / io_error / unsupported / invalid_param (logged).
      */
-    static Result<Segment> create(std::size_t size, SegmentKind kind);
+    static Result<Segment> create(std::size_t size, SegmentKind kind, void* fixed_address = nullptr);
 
     Segment() = default;
     Segment(Segment&& other) noexcept;

@@ -211,6 +211,52 @@ TEST_P(UcpRmaTest, PutGetEverySizeAllocatedMemory) {
     for (std::size_t size : kSizes) round_trip(m, k, size, 0, 0, seed++);
 }
 
+/**
+ * LOOM_MEM_MAP_FIXED places the allocation at exactly the address asked for (an OpenSHMEM
+ * symmetric heap is at one address in every process), is reachable like any allocation, and
+ * never replaces what is mapped there already.
+ */
+TEST_P(UcpRmaTest, FixedAllocationIsAtTheAddressAndNeverOverAnother) {
+    // A free range: reserve one, give it back, ask for it.
+    const std::size_t length = (1 << 20) + 64;
+    void* hole = ::mmap(nullptr, 2 * length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(MAP_FAILED, hole);
+    ASSERT_EQ(0, ::munmap(hole, 2 * length));
+    loom_mem_map_params_t p{};
+    p.field_mask = LOOM_MEM_MAP_PARAM_FIELD_ADDRESS | LOOM_MEM_MAP_PARAM_FIELD_LENGTH | LOOM_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.address = hole;
+    p.length = length;
+    p.flags = LOOM_MEM_MAP_ALLOCATE | LOOM_MEM_MAP_FIXED;
+    loom_mem_h memh = nullptr;
+    ASSERT_EQ(LOOM_OK, loom_mem_map(ctx_, &p, &memh));
+    maps_.push_back(memh);
+    loom_mem_attr_t a{};
+    a.field_mask = LOOM_MEM_ATTR_FIELD_ADDRESS | LOOM_MEM_ATTR_FIELD_LENGTH;
+    ASSERT_EQ(LOOM_OK, loom_mem_query(memh, &a));
+    EXPECT_EQ(hole, a.address);
+    EXPECT_GE(a.length, length);
+    Mapped m;
+    m.memh = memh;
+    m.address = static_cast<std::uint8_t*>(a.address);
+    m.length = a.length;
+    loom_rkey_h k = rkey_of(m);
+    ASSERT_NE(nullptr, k);
+    unsigned seed = 5;
+    for (std::size_t size : {std::size_t{8}, std::size_t{4096}, std::size_t{1} << 20}) round_trip(m, k, size, 0, 0, seed++);
+    // Over the first one: refused, and the first one keeps its contents.
+    m.address[length - 1] = 0x3c;
+    loom_mem_h clash = nullptr;
+    EXPECT_EQ(LOOM_ERR_NO_MEMORY, loom_mem_map(ctx_, &p, &clash));
+    EXPECT_EQ(nullptr, clash);
+    EXPECT_EQ(0x3c, m.address[length - 1]);
+    // FIXED needs ALLOCATE and a page-aligned address.
+    p.flags = LOOM_MEM_MAP_FIXED;
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_mem_map(ctx_, &p, &clash));
+    p.flags = LOOM_MEM_MAP_ALLOCATE | LOOM_MEM_MAP_FIXED;
+    p.address = static_cast<std::uint8_t*>(hole) + length + 8;
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_mem_map(ctx_, &p, &clash));
+}
+
 TEST_P(UcpRmaTest, UnalignedOffsets) {
     Mapped m = map((1 << 20) + 64, false);
     loom_rkey_h k = rkey_of(m);
