@@ -200,12 +200,10 @@ void ucp_rkey_destroy(ucp_rkey_h rkey) {
     if (rkey != nullptr) loom_rkey_destroy(K(rkey));
 }
 
-/** Direct load/store access to a peer's memory: not offered yet (callers fall back to RMA). */
-ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t /*raddr*/,
-                                                                 void** addr_p) {
+/** Direct load/store access to a peer's memory where it is mapped here (shm; loom_rkey_ptr). */
+ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void** addr_p) {
     if (rkey == nullptr || addr_p == nullptr) return UCS_ERR_INVALID_PARAM;
-    log_debug("ucp_rkey_ptr", "not supported: the caller goes through put/get");
-    return UCS_ERR_UNREACHABLE;
+    return to_ucs(loom_rkey_ptr(K(rkey), raddr, addr_p));
 }
 
 // --- puts and gets ----------------------------------------------------------------------------

@@ -119,6 +119,18 @@ loom_status_t loom_ep_rkey_unpack(loom_ep_h ep, const void* rkey_buffer, size_t 
 void loom_rkey_destroy(loom_rkey_h rkey);
 
 /**
+ * Direct load/store access to a peer's memory: stores in @p *address the local address of
+ * @p remote_addr (in the owner's address space, inside the key's region) when the peer's
+ * memory is mapped into this process: shm keys of memory the owner allocated with
+ * LOOM_MEM_MAP_ALLOCATE or of this process itself. Loads, stores and CPU atomics there
+ * reach the owner's memory (LOOM_ATOMIC_MODE=cpu keeps them atomic with Loom's atomics).
+ * LOOM_ERR_UNREACHABLE when the key's memory is not mapped here (registered memory of
+ * another process, tcp, rc): use put and get. LOOM_ERR_INVALID_PARAM for an address
+ * outside the region. As ucp_rkey_ptr.
+ */
+loom_status_t loom_rkey_ptr(loom_rkey_h rkey, uint64_t remote_addr, void** address);
+
+/**
  * Writes @p count elements of the param's datatype (bytes by default) from @p buffer to
  * @p remote_addr (in the owner's address space) through @p rkey, unpacked on @p ep.
  * Completes when @p buffer may be reused; the data is at the target after a flush.

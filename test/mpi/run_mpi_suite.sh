@@ -161,10 +161,6 @@ mpich_ucx_rma_reason+=" missing at the target after MPI_Win_fence, post/start/co
 mpich_ucx_rma_reason+=" most of them) while MPICH over Loom and Open MPI over UCX pass; one-sided MPICH is not a"
 mpich_ucx_rma_reason+=" target of this suite's comparison (docs/mpi.md); not investigated further, no upstream issue found"
 
-rc_rma_reason="NOT BUILT YET (issue 15): one-sided MPI over rc needs atomics the devices lack (osc ucx's locks"
-rc_rma_reason+=" swap 64-bit words: rxe has 64-bit fetch-add and compare-swap only, soft-iWARP none) and Loom does not"
-rc_rma_reason+=" emulate missing atomics by active messages yet; it fails with 'the RMA lane ... has no 64-bit atomic'"
-
 # ---- stacks ------------------------------------------------------------------------------
 
 compiler_of() { case $1 in ompi-*) echo mpicc.openmpi ;; mpich-*) echo mpicc.mpich ;; esac; }
@@ -367,10 +363,6 @@ run_one() {
     fi
     if [ "$stack/$prog" = mpich-ucx/test_rma ]; then
         tap_skip "$name" "$mpich_ucx_rma_reason"
-        return
-    fi
-    if [ "$prog" = test_rma ] && [[ $tls == rc* ]]; then
-        tap_skip "$name" "$rc_rma_reason"
         return
     fi
     grace=${grace_env:-30}

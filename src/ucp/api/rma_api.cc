@@ -256,6 +256,22 @@ void loom_rkey_destroy(loom_rkey_h rkey) {
     if (rkey != nullptr) rkey_destroy(K(rkey));
 }
 
+loom_status_t loom_rkey_ptr(loom_rkey_h rkey_h, uint64_t remote_addr, void** address) {
+    const RmaRkey* rkey = K(rkey_h);
+    if (rkey == nullptr || address == nullptr) {
+        LOOM_LOG_ERROR("ucp: loom_rkey_ptr: {} is null", rkey == nullptr ? "the key" : "the address pointer");
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    if (!rkey->allows(remote_addr, 0, 0)) {
+        LOOM_LOG_ERROR("ucp: loom_rkey_ptr: {:#x} is outside the key's region {:#x}+{}", remote_addr, rkey->address,
+                       rkey->length);
+        return LOOM_ERR_INVALID_PARAM;
+    }
+    const Status s = rkey->component->rkey_ptr(rkey->handle, remote_addr, address);
+    // unsupported (a transport without mappable keys) means the same to the caller: not mapped here.
+    return s == Status::unsupported ? LOOM_ERR_UNREACHABLE : static_cast<loom_status_t>(s);
+}
+
 loom_status_ptr_t loom_put_nbx(loom_ep_h ep_h, const void* buffer, size_t count, uint64_t remote_addr,
                                loom_rkey_h rkey_h, const loom_request_param_t* param) {
     // The message-rate case first, in a few instructions: bytes without parameters, small

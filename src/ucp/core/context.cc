@@ -59,6 +59,17 @@ const RegisteredTable<ContextConfig> g_table{
                    {"put_zcopy", RndvScheme::put_zcopy},
                    {"get_put", RndvScheme::get_put},
                    {"am", RndvScheme::am}})),
+        field("ATOMIC_MODE", "cpu",
+              "Who performs atomic operations. cpu: CPU atomics on every transport (shm and tcp "
+              "always; rc through the target's progress, LOOM_IB_ATOMICS=cpu), so atomics that "
+              "reach one word over different transports are atomic together, and every operation "
+              "exists in 32 and 64 bits. device: the NIC's own atomics on rc (verbs: 64-bit "
+              "fetch-and-add and compare-and-swap only, no target CPU involved); they are not "
+              "atomic with CPU atomics, so an atomic to a peer reached over another transport "
+              "fails with LOOM_ERR_UNSUPPORTED. Each endpoint's protocol table "
+              "(LOOM_PROTO_INFO) names the path. See docs/protocols.md.",
+              &ContextConfig::atomic_mode,
+              EnumParser<AtomicMode>({{"cpu", AtomicMode::cpu}, {"device", AtomicMode::device}})),
         field("PROTO_INFO", "n",
               "Print, for each new endpoint configuration, the protocol chosen for each message "
               "size range and the transport lanes it uses.",

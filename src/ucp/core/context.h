@@ -30,6 +30,12 @@ enum class RndvScheme : std::uint8_t {
     get_put,    ///< split: the receiver GETs the head while the sender PUTs the tail
 };
 
+/** Who performs atomic operations (LOOM_ATOMIC_MODE). */
+enum class AtomicMode : std::uint8_t {
+    cpu,     ///< CPU atomics on every transport (rc: the target's progress): all atomic together
+    device,  ///< the NIC's atomics (rc); atomics to peers reached by another transport are refused
+};
+
 /** The protocol layer's configuration (the table is in context.cc; docs/configuration.md lists it). */
 struct ContextConfig {
     ucs::config::AllowList tls;          ///< LOOM_TLS, with aliases expanded by tl_allowed()
@@ -37,6 +43,7 @@ struct ContextConfig {
     std::size_t rndv_thresh = 0;         ///< LOOM_RNDV_THRESH (kSizeAuto: from the performance model)
     std::size_t zcopy_thresh = 0;        ///< LOOM_ZCOPY_THRESH (reserved for eager zcopy)
     RndvScheme rndv_scheme = RndvScheme::auto_;
+    AtomicMode atomic_mode = AtomicMode::cpu;  ///< LOOM_ATOMIC_MODE
     bool proto_info = false;             ///< LOOM_PROTO_INFO
     std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
     std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)

@@ -54,16 +54,22 @@ Request* RequestTable::take(std::uint64_t wire_id) {
 namespace {
 
 /**
+ * The rc ifaces' settings that the protocol layer decides (unless the user set them).
  * rc connects either endpoint to endpoint (verbs: QP addresses exchanged by wire-up over
  * another lane, wireup.cc) or through rdma_cm (the iface listens on its IP address, and
  * rc needs no other transport). Unless LOOM_IB_CM says otherwise, the protocol layer's rc
  * ifaces use rdma_cm where the port has an IP address (RoCE, iWARP, InfiniBand with
  * IPoIB) and verbs elsewhere (docs/protocols.md).
  */
-ucs::config::Overrides rc_overrides() {
+ucs::config::Overrides rc_overrides(const ContextConfig& config) {
+    ucs::config::Overrides overrides;
     const char* cm = std::getenv("LOOM_IB_CM");
-    if (cm != nullptr && std::string_view(cm) != "auto") return {};
-    return {{"IB_CM", "prefer_rdmacm"}};
+    if (cm == nullptr || std::string_view(cm) == "auto") overrides.emplace("IB_CM", "prefer_rdmacm");
+    // LOOM_ATOMIC_MODE decides who performs rc's atomics, unless LOOM_IB_ATOMICS does.
+    if (std::getenv("LOOM_IB_ATOMICS") == nullptr) {
+        overrides.emplace("IB_ATOMICS", config.atomic_mode == AtomicMode::device ? "device" : "cpu");
+    }
+    return overrides;
 }
 
 }  // namespace
@@ -104,7 +110,7 @@ Status Worker::init() {
     if (Status s = req_pool.init(std::move(rp)); s != Status::ok) return s;
     for (const ContextResource& rsc : context.resources()) {
         uct::IfaceParams iface_params;
-        if (rsc.tl.tl_name == "rc") iface_params.config_overrides = rc_overrides();
+        if (rsc.tl.tl_name == "rc") iface_params.config_overrides = rc_overrides(context.config());
         auto iface = rsc.md->iface_open(rsc.tl, &uct_worker, iface_params);
         if (!iface) {
             LOOM_LOG_WARN("ucp: cannot open {} on {}: {}; going on without it", rsc.tl.tl_name, rsc.tl.dev_name,
@@ -117,6 +123,12 @@ Status Worker::init() {
         wi.iface = std::move(*iface);
         wi.rsc = &rsc;
         if (Status s = wi.iface->query(wi.attr); s != Status::ok) return s;
+        if (context.config().atomic_mode == AtomicMode::device && !(wi.attr.cap_flags & uct::kCapAtomicDevice)) {
+            // One atomic path per word: with the NIC's atomics chosen, CPU atomics are not offered
+            // (rma_atomic_check explains a refused one).
+            wi.attr.cap_flags &= ~(uct::kCapAtomic32 | uct::kCapAtomic64);
+            wi.attr.atomic32_ops = wi.attr.atomic64_ops = 0;
+        }
         if ((context.params().features & kFeatureWakeup) && !(wi.attr.cap_flags & uct::kCapEventRecv)) {
             // As in UCX: a worker that may sleep uses only transports that can wake it.
             LOOM_LOG_INFO("ucp: {} on {} not used: it cannot wake a sleeping worker (LOOM_FEATURE_WAKEUP)",

@@ -348,6 +348,14 @@ public:
     /** Releases an unpacked key. */
     virtual void rkey_release(const Rkey& rkey) const;
 
+    /**
+     * Where @p remote_addr (in the owner's address space, inside the key's region) is in this
+     * process, when the owner's memory is mapped here (shm on memory its md allocated):
+     * loads and stores there reach the owner's memory. unreachable when it is not mapped;
+     * unsupported for components without mappable keys.
+     */
+    virtual Status rkey_ptr(const Rkey& rkey, std::uint64_t remote_addr, void** address) const;
+
 private:
     std::string name_;
 };

@@ -140,6 +140,13 @@ enum IfaceCap : std::uint64_t {
     kCapIntraNode = 1ull << 16,       ///< reaches only processes on the same host
     kCapSelfOnly = 1ull << 17,        ///< reaches only its own process
     kCapConnectToSockaddr = 1ull << 18,  ///< client/server: listen() and Ep from a socket address
+    /**
+     * The atomics are performed by the device (a NIC), not by CPU instructions: they are
+     * not atomic with respect to other transports' atomics (or the CPU's) on the same word.
+     * Without it, atomics are CPU atomics (uct/base/cpu_atomic.h), the initiator's or the
+     * target's, and every such transport's are atomic together.
+     */
+    kCapAtomicDevice = 1ull << 19,
 };
 
 /** Device types, for reporting and for the protocol layer's choices. */

@@ -24,6 +24,13 @@ enum class CmMode : std::uint8_t {
     prefer_rdmacm,
 };
 
+/** Who performs rc's atomic operations (LOOM_IB_ATOMICS). */
+enum class AtomicPath : std::uint8_t {
+    auto_,   ///< the NIC where the device has atomics, else the target's CPU
+    device,  ///< the NIC: verbs' 64-bit fetch-and-add and compare-and-swap only
+    cpu,     ///< the target's CPU, in its progress: every operation, 32 and 64 bits
+};
+
 /** Values of the LOOM_IB_* variables. */
 struct IbConfig {
     unsigned gid_index = 0;           ///< ucs::config::kAuto<unsigned>: RoCE v2 IPv4 first
@@ -36,6 +43,7 @@ struct IbConfig {
     unsigned tx_signal_interval = 0;  ///< request a completion at least every this many sends
     ucs::config::Ternary srq = ucs::config::Ternary::auto_;
     CmMode cm = CmMode::auto_;
+    AtomicPath atomics = AtomicPath::auto_;
     std::chrono::nanoseconds timeout{};  ///< transport retry (ack) timeout
     unsigned retry_count = 0;
     unsigned rnr_retry = 0;
@@ -52,6 +60,9 @@ struct IbConfig {
 
 /** The LOOM_IB_* table. */
 const ucs::config::Table<IbConfig>& ib_config_table();
+
+/** Name of an atomic path ("auto", "device", "cpu"). */
+const char* to_string(AtomicPath path) noexcept;
 
 /** Name of a connection mode ("auto", "verbs", "rdmacm"). */
 const char* to_string(CmMode mode) noexcept;

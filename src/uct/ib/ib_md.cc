@@ -81,6 +81,7 @@ IbMd::~IbMd() {
             // Released here, so the cache does not warn about them a second time.
             for (std::size_t i = 0; i < handle.count; ++i) rcache_->release(handle.cached);
         } else {
+            remove_window(region->mr);
             (void)ibv_dereg_mr(region->mr);
             delete region;
         }
@@ -192,14 +193,54 @@ int IbMd::ibv_access(unsigned access) const noexcept {
     }
     if (access & kAccessRemotePut) flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
     if (access & kAccessRemoteGet) flags |= IBV_ACCESS_REMOTE_READ;
-    if ((access & kAccessRemoteAtomic) && dev_.atomics()) {
-        flags |= IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+    if (access & kAccessRemoteAtomic) {
+        // Without NIC atomics rc performs them with the target's CPU (LOOM_IB_ATOMICS=cpu), as a
+        // read and a write of the word: verbs has no right of its own for that, so the key
+        // carries remote read and write.
+        flags |= dev_.atomics() ? IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE
+                                : IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
     }
     return flags;
 }
 
 ibv_mr* IbMd::register_mr(void* address, std::size_t length, int flags) noexcept {
     return ibv_reg_mr(pd_, address, length, flags);
+}
+
+bool IbMd::add_window(const ibv_mr* mr, int flags) noexcept {
+    try {
+        std::lock_guard guard(windows_lock_);
+        windows_[mr->rkey] = Window{reinterpret_cast<std::uintptr_t>(mr->addr), mr->length, flags};
+        return true;
+    } catch (const std::bad_alloc&) {
+        LOOM_LOG_ERROR("{}: out of memory for the record of a registration", name());
+        return false;
+    }
+}
+
+void IbMd::remove_window(const ibv_mr* mr) noexcept {
+    std::lock_guard guard(windows_lock_);
+    windows_.erase(mr->rkey);
+}
+
+void* IbMd::cpu_atomic_target(std::uint32_t rkey, std::uint64_t address, unsigned size, const char** why) {
+    const int need = ibv_access(kAccessRemoteAtomic) & ~IBV_ACCESS_LOCAL_WRITE;
+    std::lock_guard guard(windows_lock_);
+    auto it = windows_.find(rkey);
+    if (it == windows_.end()) {
+        *why = "no registration has this key";
+        return nullptr;
+    }
+    const Window& w = it->second;
+    if (address < w.address || address - w.address > w.length || w.length - (address - w.address) < size) {
+        *why = "the word is outside the registration";
+        return nullptr;
+    }
+    if ((w.flags & need) != need) {
+        *why = "the registration grants no atomic access";
+        return nullptr;
+    }
+    return reinterpret_cast<void*>(address);
 }
 
 Status IbMd::cache_register(void* context, void* address, std::size_t length, unsigned flags,
@@ -213,6 +254,10 @@ Status IbMd::cache_register(void* context, void* address, std::size_t length, un
                        flags, std::strerror(err));
         return reg_status(err);
     }
+    if (!md->add_window(mr, static_cast<int>(flags))) {
+        (void)ibv_dereg_mr(mr);
+        return Status::no_memory;
+    }
     new (region_private) MemRegion{mr, static_cast<int>(flags)};
     return Status::ok;
 }
@@ -220,6 +265,7 @@ Status IbMd::cache_register(void* context, void* address, std::size_t length, un
 void IbMd::cache_deregister(void* context, void* address, std::size_t length, void* region_private) noexcept {
     auto* md = static_cast<IbMd*>(context);
     auto* region = static_cast<MemRegion*>(region_private);
+    md->remove_window(region->mr);
     if (int rc = ibv_dereg_mr(region->mr); rc != 0) {
         LOOM_LOG_ERROR("{}: ibv_dereg_mr({}, {} bytes) failed: {}", md->name(), address, length,
                        std::strerror(rc));
@@ -239,7 +285,7 @@ Result<MemRegion*> IbMd::acquire_region(void* address, std::size_t length, unsig
                            flags, std::strerror(err));
             return reg_status(err);
         }
-        auto* region = new (std::nothrow) MemRegion{mr, flags};
+        auto* region = add_window(mr, flags) ? new (std::nothrow) MemRegion{mr, flags} : nullptr;
         if (region != nullptr) {
             try {
                 std::lock_guard guard(regions_lock_);
@@ -249,6 +295,7 @@ Result<MemRegion*> IbMd::acquire_region(void* address, std::size_t length, unsig
             }
         }
         LOOM_LOG_ERROR("{}: out of memory for the handle of a registration", name());
+        remove_window(mr);
         (void)ibv_dereg_mr(mr);
         delete region;
         return Status::no_memory;
@@ -295,6 +342,7 @@ Status IbMd::release_region(MemRegion* region) {
         rcache_->release(cached);
         return Status::ok;
     }
+    remove_window(region->mr);
     int rc = ibv_dereg_mr(region->mr);
     delete region;
     if (rc != 0) {

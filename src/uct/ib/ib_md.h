@@ -74,6 +74,14 @@ public:
     /** ibv_access_flags for @p access (MemAccess bits) on this device. */
     int ibv_access(unsigned access) const noexcept;
 
+    /**
+     * Where a CPU atomic of @p size bytes at @p address under remote key @p rkey may act
+     * (rc's atomics performed by the target's progress): the address when @p rkey names a
+     * live registration of user memory that covers the word and grants atomic rights, else
+     * nullptr with @p why saying what is wrong.
+     */
+    void* cpu_atomic_target(std::uint32_t rkey, std::uint64_t address, unsigned size, const char** why);
+
     /** Registers memory the transport itself owns (buffer pools); nullptr after logging on failure. */
     ibv_mr* reg_internal(void* address, std::size_t length, const char* what,
                          unsigned access = kAccessLocalWrite);
@@ -110,6 +118,20 @@ private:
     /** ibv_reg_mr; nullptr with errno set on failure (the caller decides how loudly to log it). */
     ibv_mr* register_mr(void* address, std::size_t length, int flags) noexcept;
 
+    /**
+     * A registration of user memory, by remote key: what cpu_atomic_target checks. Kept
+     * for user memory only (mem_reg, directly or through the cache), never for the
+     * transport's own buffers.
+     */
+    struct Window {
+        std::uintptr_t address;
+        std::size_t length;
+        int flags;  ///< ibv_access_flags
+    };
+    /** Records @p mr of user memory in windows_ (false: out of memory, logged). */
+    bool add_window(const ibv_mr* mr, int flags) noexcept;
+    void remove_window(const ibv_mr* mr) noexcept;
+
     /** RcacheOps::register_mem: a MemRegion in the cache region's private area. */
     static Status cache_register(void* context, void* address, std::size_t length, unsigned flags,
                                  void* region_private) noexcept;
@@ -123,6 +145,8 @@ private:
     std::unique_ptr<ucs::Rcache> rcache_;  ///< null: every mem_reg calls ibv_reg_mr
     std::mutex regions_lock_;              ///< mem_reg may be called from any thread
     std::unordered_map<MemRegion*, Handle> regions_;
+    std::mutex windows_lock_;  ///< registrations come from any thread, lookups from progress
+    std::unordered_map<std::uint32_t, Window> windows_;
 };
 
 }  // namespace loom::uct::ib

@@ -675,7 +675,7 @@ void RcIface::connected(RcEp* ep, std::uint16_t peer_window) {
     ep->flags |= kEpConnected;
     ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_);
     ep->fc_credits = static_cast<std::int16_t>(std::min<std::uint32_t>(peer_window, INT16_MAX));
-    if (ep->flags & kEpGrantDue) send_grant(ep);
+    if (ep->flags & kEpGrantDue) send_control(ep);
     if (!ep->pending.empty()) arbiter_add(ep);
     LOOM_LOG_DEBUG("rc/{}: endpoint QP {:#x} connected to {}, {} credits", resource().dev_name, ep->qp_num,
                    ep->cold->peer, ep->fc_credits);

@@ -4,7 +4,7 @@
  * iface's send CQ and (active messages) the flow-control credits, builds one work
  * request on the stack and posts it. Nothing here allocates from the heap, locks or
  * logs on success; bounce buffers and operation records come from the iface's pools.
- * Ends with the ops tables, kRcOps and kRcOpsNoAtomics.
+ * Ends with the ops tables: kRcOps (NIC atomics), kRcOpsNoAtomics, kRcOpsCpuAtomics.
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/ib_md.h"
@@ -106,10 +106,12 @@ LOOM_COLD LOOM_NOINLINE Status missing_memh(RcEp* ep, const char* op) {
 /** Credits to piggy-back on a send from @p ep: everything owed, capped by the 16-bit field. */
 LOOM_ALWAYS_INLINE std::uint16_t owed_credits(const RcEp* ep) { return ep->rx_credits; }
 
-/** Called after a send carrying @p credits succeeded: they have been returned. */
+/**
+ * Called after a send carrying @p credits succeeded: they have been returned. A due grant
+ * stays flagged (replies may be due too): the arbiter finds nothing left to grant.
+ */
 LOOM_ALWAYS_INLINE void credits_sent(RcEp* ep, std::uint16_t credits) {
     ep->rx_credits = static_cast<std::uint16_t>(ep->rx_credits - credits);
-    if (ep->rx_credits == 0) ep->flags &= static_cast<std::uint8_t>(~kEpGrantDue);
 }
 
 // --- active messages ------------------------------------------------------------------------
@@ -428,6 +430,72 @@ Status rc_atomic64_cswap(Ep* tl_ep, std::uint64_t compare, std::uint64_t swap, s
                        comp);
 }
 
+// --- atomics for the target's CPU (LOOM_IB_ATOMICS=cpu; the target's half is in rc_rx.cc) -------
+
+/**
+ * Sends an RcAtomicRequest from a bounce descriptor, which stays queued until the reply
+ * is in (it receives the reply: TxOpKind::cpu_atomic). Posted atomics return ok, fetching
+ * ones in_progress (the result and @p comp come with the reply).
+ */
+Status post_cpu_atomic(RcEp* ep, AtomicOp op, unsigned size, std::uint64_t value, std::uint64_t compare,
+                       std::uint64_t remote_addr, std::uint64_t rkey, void* result, Completion* comp) {
+    RcIface* iface = ep->rc_iface();
+    if (LOOM_UNLIKELY(remote_addr % size != 0)) return Status::invalid_param;
+    if (LOOM_UNLIKELY(!has_am_tx(iface, ep))) return iface->resource_status(ep);
+    void* desc;
+    if (Status s = iface->tx_desc_pool.try_get(desc); LOOM_UNLIKELY(s != Status::ok)) return s;
+    auto* txop = static_cast<TxOp*>(desc);
+    auto* bytes = static_cast<std::uint8_t*>(desc);
+    const std::uint16_t credits = owed_credits(ep);
+    const RcAmHdr hdr{0, kAmHdrAtomicReq, credits};
+    const RcAtomicRequest req{static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(size), 0,
+                              static_cast<std::uint32_t>(rkey), ep->tx_sn + 1, remote_addr, value, compare};
+    std::memcpy(bytes + kTxDescHdr, &hdr, sizeof(hdr));
+    std::memcpy(bytes + kTxDescPayload, &req, sizeof(req));
+    constexpr std::uint32_t kTotal = sizeof(RcAmHdr) + sizeof(RcAtomicRequest);
+    ibv_sge sge{reinterpret_cast<std::uintptr_t>(bytes + kTxDescHdr), kTotal, txop->lkey};
+    ibv_send_wr wr{};
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (kTotal <= iface->max_inline) wr.send_flags = IBV_SEND_INLINE;
+    // Signaled: the operation completes once both its send completion and its reply are in,
+    // and an unsignaled send's completion would wait for a later request.
+    if (Status s = post_send(iface, ep, wr, true); LOOM_UNLIKELY(s != Status::ok)) {
+        iface->tx_desc_pool.put(desc);
+        return s;
+    }
+    txop->comp = comp;
+    txop->result = result;
+    txop->length = size;
+    track(ep, txop, TxOpKind::cpu_atomic);
+    iface->cpu_atomic_due(ep, ep->tx_sn);
+    --ep->fc_credits;
+    credits_sent(ep, credits);
+    return result != nullptr ? Status::in_progress : Status::ok;
+}
+
+template <typename T>
+Status rc_cpu_atomic_post(Ep* tl_ep, AtomicOp op, T value, std::uint64_t remote_addr, std::uint64_t rkey) {
+    // The posted form returns nothing: swap and cswap are only meaningful fetching (as on shm and tcp).
+    if (LOOM_UNLIKELY(op == AtomicOp::swap || op == AtomicOp::cswap)) return Status::unsupported;
+    return post_cpu_atomic(rc_ep(tl_ep), op, sizeof(T), value, 0, remote_addr, rkey, nullptr, nullptr);
+}
+
+template <typename T>
+Status rc_cpu_atomic_fetch(Ep* tl_ep, AtomicOp op, T value, T* result, std::uint64_t remote_addr,
+                           std::uint64_t rkey, Completion* comp) {
+    if (LOOM_UNLIKELY(op == AtomicOp::cswap)) return Status::unsupported;  // ep_atomic*_cswap does it
+    return post_cpu_atomic(rc_ep(tl_ep), op, sizeof(T), value, 0, remote_addr, rkey, result, comp);
+}
+
+template <typename T>
+Status rc_cpu_atomic_cswap(Ep* tl_ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey, T* result,
+                           Completion* comp) {
+    return post_cpu_atomic(rc_ep(tl_ep), AtomicOp::cswap, sizeof(T), swap, compare, remote_addr, rkey, result,
+                           comp);
+}
+
 // --- pending queue, flush, fence --------------------------------------------------------------
 
 Status rc_pending_add(Ep* tl_ep, PendingReq* req, unsigned) {
@@ -451,8 +519,10 @@ void rc_pending_purge(Ep* tl_ep, PendingPurgeCallback cb, void* arg) {
 Status rc_ep_fence(Ep* tl_ep, unsigned) {
     RcEp* ep = rc_ep(tl_ep);
     // RDMA reads and atomics may be overtaken by later requests; the fence flag on the next
-    // request makes it wait for them.
+    // request makes it wait for them. Atomics for the target's CPU are applied after the NIC
+    // has acknowledged them: new requests wait for their replies.
     if (ep->tx_sn != ep->acked_sn) ep->flags |= kEpFence;
+    if (LOOM_UNLIKELY(ep->responses_due != 0)) ep->rc_iface()->fence_cpu_atomics(ep);
     return Status::ok;
 }
 
@@ -512,6 +582,17 @@ const IfaceOps kRcOpsNoAtomics = [] {
     ops.ep_atomic64_post = nullptr;
     ops.ep_atomic64_fetch = nullptr;
     ops.ep_atomic64_cswap = nullptr;
+    return ops;
+}();
+
+const IfaceOps kRcOpsCpuAtomics = [] {
+    IfaceOps ops = kRcOps;
+    ops.ep_atomic32_post = rc_cpu_atomic_post<std::uint32_t>;
+    ops.ep_atomic64_post = rc_cpu_atomic_post<std::uint64_t>;
+    ops.ep_atomic32_fetch = rc_cpu_atomic_fetch<std::uint32_t>;
+    ops.ep_atomic64_fetch = rc_cpu_atomic_fetch<std::uint64_t>;
+    ops.ep_atomic32_cswap = rc_cpu_atomic_cswap<std::uint32_t>;
+    ops.ep_atomic64_cswap = rc_cpu_atomic_cswap<std::uint64_t>;
     return ops;
 }();
 

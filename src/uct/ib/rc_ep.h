@@ -49,6 +49,12 @@ enum class TxOpKind : std::uint8_t {
     get_bcopy,          ///< unpack the bounce buffer, then update the Completion
     fetch64,            ///< copy the 8-byte result to the user, then update the Completion
     iface_flush,        ///< one endpoint's part of an iface flush
+    /**
+     * An atomic for the target's CPU (LOOM_IB_ATOMICS=cpu): a bounce descriptor whose
+     * payload holds the request, then the RcAtomicReply; completes once both the send
+     * and the reply are in (RcEpCold::cpu_atomic_sns). length: the operand size.
+     */
+    cpu_atomic,
 };
 
 struct IfaceFlush;
@@ -99,7 +105,7 @@ enum RcEpFlags : std::uint8_t {
     kEpClosing = 1u << 2,          ///< destroyed by the user, waiting for its flushed requests
     kEpPassive = 1u << 3,          ///< created by the iface for an accepted rdma_cm connection
     kEpInArbiter = 1u << 4,        ///< queued on the iface's arbiter (pending requests or a grant to send)
-    kEpGrantDue = 1u << 5,         ///< credits must be returned but the send queue was full
+    kEpGrantDue = 1u << 5,         ///< credits or atomic replies must go out but found no room (the arbiter sends them)
     kEpUnflushedWrites = 1u << 6,  ///< iWARP: writes since the last remote flush (a read is needed)
     kEpFence = 1u << 7,            ///< the next request waits for earlier reads and atomics
 };
@@ -143,7 +149,19 @@ struct RcEpCold {
      * send queue's completions come out of order there.
      */
     std::deque<std::uint64_t> response_sns;
+    /** sns of our atomics for the target's CPU whose replies have not arrived, oldest first. */
+    std::deque<std::uint64_t> cpu_atomic_sns;
+    /** Replies to the peer's atomic requests that found no room to go out yet, in order. */
+    std::deque<RcAtomicReply> replies_due;
+    /**
+     * A fence waits for atomics of cpu_atomic_sns: sq_avail is kept kFenceHold lower, so
+     * every new request finds no room until their replies are in (RcIface::fence_release).
+     */
+    bool fence_held = false;
 };
+
+/** What a held fence takes off sq_avail: more than any send queue has. */
+inline constexpr std::int32_t kFenceHold = 1 << 24;
 
 /** An rc endpoint; see the file comment. */
 struct RcEp : Ep {
@@ -180,5 +198,7 @@ static_assert(sizeof(RcEp) <= 128, "rc endpoints must stay within two cache line
 extern const IfaceOps kRcOps;
 /** kRcOps without the atomics, for a device that has none (rc_ep.cc). */
 extern const IfaceOps kRcOpsNoAtomics;
+/** kRcOps with every atomic performed by the target's CPU (LOOM_IB_ATOMICS=cpu; rc_ep.cc). */
+extern const IfaceOps kRcOpsCpuAtomics;
 
 }  // namespace loom::uct::ib

@@ -55,14 +55,38 @@ Result<std::unique_ptr<Iface>> rc_iface_open(IbMd* md, const PortInfo& port, Wor
     return std::unique_ptr<Iface>(std::move(iface));
 }
 
+namespace {
+
+/** Who performs the atomics of an iface with @p config on @p dev: device, cpu, or auto_ for none. */
+AtomicPath resolve_atomics(const IbConfig& config, const DeviceInfo& dev) {
+    switch (config.atomics) {
+    case AtomicPath::device: return dev.atomics() ? AtomicPath::device : AtomicPath::auto_;
+    case AtomicPath::cpu: return AtomicPath::cpu;
+    case AtomicPath::auto_: break;
+    }
+    return dev.atomics() ? AtomicPath::device : AtomicPath::cpu;
+}
+
+const IfaceOps& ops_for(AtomicPath path) {
+    switch (path) {
+    case AtomicPath::device: return kRcOps;
+    case AtomicPath::cpu: return kRcOpsCpuAtomics;
+    case AtomicPath::auto_: break;
+    }
+    return kRcOpsNoAtomics;
+}
+
+}  // namespace
+
 RcIface::RcIface(IbMd* md, const PortInfo& port, Worker* worker, const TlResource& resource,
                  const IbConfig& config)
-    : Iface(md, worker, resource, md->device().atomics() ? kRcOps : kRcOpsNoAtomics),
+    : Iface(md, worker, resource, ops_for(resolve_atomics(config, md->device()))),
       md_(md),
       config_(config),
       port_(port),
       iwarp_(md->device().iwarp),
-      atomics_(md->device().atomics()) {}
+      atomics_(md->device().atomics()),
+      atomic_path_(resolve_atomics(config, md->device())) {}
 
 Status RcIface::check_config() {
     const DeviceInfo& dev = md_->device();
@@ -350,9 +374,14 @@ Status RcIface::query(IfaceAttr& attr) const {
     if (max_inline > 0) attr.cap_flags |= kCapPutShort;
     attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr : kCapConnectToEp;
     attr.max_conn_priv = use_rdmacm_ ? kRcMaxUserPriv : 0;
-    if (atomics_) {
-        attr.cap_flags |= kCapAtomic64;
+    if (atomic_path_ == AtomicPath::device) {
+        attr.cap_flags |= kCapAtomic64 | kCapAtomicDevice;
         attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap);
+    } else if (atomic_path_ == AtomicPath::cpu) {
+        attr.cap_flags |= kCapAtomic32 | kCapAtomic64;
+        attr.atomic32_ops = attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) |
+                                                atomic_op_bit(AtomicOp::or_) | atomic_op_bit(AtomicOp::xor_) |
+                                                atomic_op_bit(AtomicOp::swap) | atomic_op_bit(AtomicOp::cswap);
     }
     // A zcopy message (header and payload) must fit one receive buffer.
     attr.am = {.max_short = max_am_short,

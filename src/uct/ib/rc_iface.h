@@ -186,6 +186,17 @@ public:
     /** Records that request @p sn of @p ep (a read or an atomic) waits for its response. */
     void response_due(RcEp* ep, std::uint64_t sn);
 
+    /** Records that request @p sn of @p ep (an atomic for the target's CPU) waits for its reply. */
+    void cpu_atomic_due(RcEp* ep, std::uint64_t sn);
+
+    /** ep_fence's part for atomics for the target's CPU: holds new requests until they are applied. */
+    void fence_cpu_atomics(RcEp* ep);
+
+    /** Free send queue entries of @p ep, a held fence not counted (for grants and replies). */
+    static std::int32_t sq_room(const RcEp* ep) {
+        return ep->sq_avail + (LOOM_UNLIKELY(ep->cold->fence_held) ? kFenceHold : 0);
+    }
+
 private:
     // construction, attributes and addresses (rc_iface.cc)
     Status check_config();
@@ -257,10 +268,20 @@ private:
     /** Fills wcs_ from @p cq, the completion in @p stash first; returns how many (errors logged, 0). */
     int poll_cq(ibv_cq* cq, CqStash& stash, const char* what);
     void complete_upto(RcEp* ep, std::uint64_t sn, Status status);
+    /** The last sn whose operation may complete now (acked, and no response or reply due before it). */
+    std::uint64_t completable(RcEp* ep);
+    // atomics for the target's CPU (rc_rx.cc)
+    void cpu_atomic_request(RcEp* ep, const std::uint8_t* data, std::size_t length);
+    void cpu_atomic_reply(RcEp* ep, const std::uint8_t* data, std::size_t length);
+    /** Sends the replies of @p ep's replies_due that find room; true when none is left. */
+    bool send_replies(RcEp* ep);
+    void fence_release(RcEp* ep);
     void finish_op(TxOp* op, Status status);
     LOOM_COLD void tx_error(RcEp* ep, const ibv_wc& wc);
     LOOM_COLD void rx_error(RcEp* ep, const ibv_wc& wc);
     void send_grant(RcEp* ep);
+    /** What kEpGrantDue stands for: the atomic replies due, then the credit grant. */
+    void send_control(RcEp* ep);
     void dispatch_arbiter();
     LOOM_COLD void fail_ep(RcEp* ep, Status status, const std::string& why);
     void report_errors();
@@ -314,7 +335,8 @@ private:
     IbConfig config_;
     const PortInfo& port_;
     bool iwarp_;
-    bool atomics_;
+    bool atomics_;             ///< the device has atomics (the QPs allow remote atomics)
+    AtomicPath atomic_path_;   ///< who performs ours: device, cpu, or auto_ for nobody (LOOM_IB_ATOMICS=device, none)
     bool use_rdmacm_ = false;
     unsigned gid_index_ = 0;
     ibv_gid gid_{};

@@ -3,9 +3,12 @@
  * to the handlers), credit grants, the pending arbiter, endpoint failure, and flush,
  * which completes through the same completions.
  */
+#include "uct/base/cpu_atomic.h"
 #include "uct/ib/ib_log.h"
+#include "uct/ib/ib_md.h"
 #include "uct/ib/rc_iface.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -116,6 +119,22 @@ void RcIface::response_due(RcEp* ep, std::uint64_t sn) {
     ++ep->responses_due;
 }
 
+void RcIface::cpu_atomic_due(RcEp* ep, std::uint64_t sn) {
+    ep->cold->cpu_atomic_sns.push_back(sn);
+    ++ep->responses_due;
+}
+
+std::uint64_t RcIface::completable(RcEp* ep) {
+    std::uint64_t upto = ep->acked_sn;
+    if (LOOM_LIKELY(ep->responses_due == 0)) return upto;
+    const auto& due = ep->cold->response_sns;
+    const auto& cpu = ep->cold->cpu_atomic_sns;
+    ep->responses_due = static_cast<std::uint16_t>(due.size() + cpu.size());
+    if (!due.empty()) upto = std::min(upto, due.front() - 1);
+    if (!cpu.empty()) upto = std::min(upto, cpu.front() - 1);
+    return upto;
+}
+
 void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
     if (LOOM_UNLIKELY(sn > ep->tx_sn)) return;  // corrupt
     if (LOOM_LIKELY(sn > ep->acked_sn)) {
@@ -128,12 +147,14 @@ void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
     }
     // Operations complete in sn order up to acked_sn, but never past a read or atomic whose
     // response has not arrived: on soft-iWARP a later send's completion comes first, and
-    // taking it as the read's would hand out a buffer the read has not filled yet.
-    std::uint64_t upto = ep->acked_sn;
+    // taking it as the read's would hand out a buffer the read has not filled yet. An atomic
+    // for the target's CPU waits for its reply the same way (cpu_atomic_reply).
     if (LOOM_UNLIKELY(ep->responses_due != 0)) {
         auto& due = ep->cold->response_sns;
         if (status != Status::ok) {
             while (!due.empty() && due.front() <= sn) due.pop_front();  // failed: nothing comes back
+            auto& cpu = ep->cold->cpu_atomic_sns;
+            while (!cpu.empty() && cpu.front() <= sn) cpu.pop_front();
         } else if (!due.empty() && due.front() == sn) {
             due.pop_front();
         } else if (!due.empty() && due.front() < sn && !ooo_seen_) {
@@ -142,9 +163,8 @@ void RcIface::complete_upto(RcEp* ep, std::uint64_t sn, Status status) {
                           "its response (the device completes out of order)",
                           resource().dev_name, sn, due.front(), due.front());
         }
-        ep->responses_due = static_cast<std::uint16_t>(due.size());
-        if (!due.empty()) upto = std::min(upto, due.front() - 1);
     }
+    const std::uint64_t upto = completable(ep);
     while (!ep->ops.empty() && ep->ops.front().sn <= upto) {
         TxOp* op = ep->ops.pop_front();
         finish_op(op, status);
@@ -192,6 +212,18 @@ void RcIface::finish_op(TxOp* op, Status status) {
         finish_flush_part(flush, status);
         return;
     }
+    case TxOpKind::cpu_atomic: {
+        Completion* comp = op->comp;
+        if (status == Status::ok) {
+            RcAtomicReply reply;  // cpu_atomic_reply left it in the payload
+            std::memcpy(&reply, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload, sizeof(reply));
+            status = static_cast<Status>(reply.status);
+            if (status == Status::ok && op->result != nullptr) std::memcpy(op->result, &reply.old, op->length);
+        }
+        tx_desc_pool.put(op);
+        if (comp != nullptr) completion_update(comp, status);
+        return;
+    }
     }
 }
 
@@ -233,12 +265,24 @@ unsigned RcIface::poll_rx() {
         }
         if (ep != nullptr && hdr.credits != 0) {
             ep->fc_credits = static_cast<std::int16_t>(ep->fc_credits + hdr.credits);
-            if (!ep->pending.empty()) arbiter_add(ep);
+            if (!ep->pending.empty() || (ep->flags & kEpGrantDue)) arbiter_add(ep);
         }
         if (LOOM_LIKELY(!(hdr.flags & kAmHdrGrant))) {
-            Status status =
-                invoke_am(hdr.am_id, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr), kAmCbFlagDesc);
-            if (status != Status::in_progress) rx_pool.put(desc);
+            if (LOOM_LIKELY(hdr.flags == 0)) {
+                Status status =
+                    invoke_am(hdr.am_id, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr), kAmCbFlagDesc);
+                if (status != Status::in_progress) rx_pool.put(desc);
+            } else {
+                if (hdr.flags & kAmHdrAtomicReq) {
+                    cpu_atomic_request(ep, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr));
+                } else if (hdr.flags & kAmHdrAtomicReply) {
+                    cpu_atomic_reply(ep, desc + kRxDescPayload, wc.byte_len - sizeof(RcAmHdr));
+                } else {
+                    LOOM_LOG_WARN("rc/{}: dropped a message with unknown flags {:#x} from QP {:#x}",
+                                  resource().dev_name, hdr.flags, wc.qp_num);
+                }
+                rx_pool.put(desc);
+            }
             if (ep != nullptr && !(ep->flags & (kEpClosing | kEpFailed))) {
                 ++ep->rx_credits;
                 if (ep->rx_credits >= grant_threshold) send_grant(ep);
@@ -249,6 +293,166 @@ unsigned RcIface::poll_rx() {
     }
     if (srq_ != nullptr && srq_posted_ < srq_target_) post_rx_srq(srq_target_ - srq_posted_);
     return static_cast<unsigned>(n);
+}
+
+// --- atomics for the target's CPU (LOOM_IB_ATOMICS=cpu) -----------------------------------------
+
+/*
+ * The initiator sends an RcAtomicRequest like an active message (a credit and a receive
+ * buffer); the target checks the key against its registrations of user memory (bounds and
+ * atomic rights, IbMd::cpu_atomic_target), applies the operation with cpu_atomic, the same
+ * instructions as shm and tcp, and answers every request with an RcAtomicReply, posted
+ * ones too: the initiator's operation stays in its queue (cpu_atomic_sns) until then, so a
+ * flush behind it completes only once the target has applied it, and a fence holds new
+ * requests until the replies are in (fence_cpu_atomics).
+ */
+void RcIface::cpu_atomic_request(RcEp* ep, const std::uint8_t* data, std::size_t length) {
+    if (ep == nullptr || (ep->flags & (kEpFailed | kEpClosing))) return;
+    if (LOOM_UNLIKELY(length != sizeof(RcAtomicRequest))) {
+        fail_ep(ep, Status::io_error, fmt::format("malformed atomic request ({} bytes, expected {})", length,
+                                                  sizeof(RcAtomicRequest)));
+        return;
+    }
+    RcAtomicRequest req;
+    std::memcpy(&req, data, sizeof(req));
+    RcAtomicReply reply{};
+    reply.sn = req.sn;
+    Status status = Status::ok;
+    const char* why = nullptr;
+    void* word = nullptr;
+    if ((req.size != 4 && req.size != 8) || req.op > static_cast<std::uint8_t>(AtomicOp::cswap) ||
+        req.remote_addr % req.size != 0) {
+        status = Status::invalid_param;
+        why = "bad operation, size or alignment";
+    } else if ((word = md_->cpu_atomic_target(req.rkey, req.remote_addr, req.size, &why)) == nullptr) {
+        status = Status::access_denied;
+    }
+    if (status == Status::ok) {
+        const auto op = static_cast<AtomicOp>(req.op);
+        reply.old = req.size == 8 ? cpu_atomic<std::uint64_t>(op, static_cast<std::uint64_t*>(word), req.value,
+                                                              req.compare)
+                                  : cpu_atomic<std::uint32_t>(op, static_cast<std::uint32_t*>(word),
+                                                              static_cast<std::uint32_t>(req.value),
+                                                              static_cast<std::uint32_t>(req.compare));
+    } else {
+        LOOM_LOG_WARN("rc/{}: refused a {}-byte atomic from {} at {:#x} (rkey {:#x}): {}", resource().dev_name,
+                      req.size, ep->cold->peer, req.remote_addr, req.rkey, why);
+    }
+    reply.status = static_cast<std::int8_t>(status);
+    try {
+        ep->cold->replies_due.push_back(reply);
+    } catch (const std::bad_alloc&) {
+        fail_ep(ep, Status::no_memory, "out of memory for an atomic reply");
+        return;
+    }
+    if (!send_replies(ep)) {
+        ep->flags |= kEpGrantDue;
+        arbiter_add(ep);
+    }
+}
+
+bool RcIface::send_replies(RcEp* ep) {
+    auto& due = ep->cold->replies_due;
+    while (!due.empty()) {
+        if (ep->flags & (kEpFailed | kEpClosing)) {
+            due.clear();
+            return true;
+        }
+        if (!(ep->flags & kEpConnected) || sq_room(ep) <= 0 || cq_avail <= 0 || ep->fc_credits <= 0) return false;
+        const std::uint16_t credits = ep->rx_credits;
+        RcAmHdr hdr{0, kAmHdrAtomicReply, credits};
+        void* desc = nullptr;
+        ibv_sge sge;
+        ibv_send_wr wr{};
+        constexpr std::uint32_t kTotal = sizeof(RcAmHdr) + sizeof(RcAtomicReply);
+        std::uint8_t staged[kTotal];
+        if (kTotal <= max_inline) {
+            std::memcpy(staged, &hdr, sizeof(hdr));
+            std::memcpy(staged + sizeof(hdr), &due.front(), sizeof(RcAtomicReply));
+            sge = {reinterpret_cast<std::uintptr_t>(staged), kTotal, 0};
+            wr.send_flags = IBV_SEND_INLINE;
+        } else {
+            if (tx_desc_pool.try_get(desc) != Status::ok) return false;
+            auto* bytes = static_cast<std::uint8_t*>(desc);
+            std::memcpy(bytes + kTxDescHdr, &hdr, sizeof(hdr));
+            std::memcpy(bytes + kTxDescPayload, &due.front(), sizeof(RcAtomicReply));
+            sge = {reinterpret_cast<std::uintptr_t>(bytes + kTxDescHdr), kTotal, static_cast<TxOp*>(desc)->lkey};
+        }
+        wr.opcode = IBV_WR_SEND;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        const std::uint64_t sn = ep->tx_sn + 1;
+        wr.wr_id = (static_cast<std::uint64_t>(ep->gen) << kWrIdGenShift) | sn;
+        const bool signaled = desc != nullptr || ep->unsignaled + 1u >= signal_interval;
+        if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
+        ibv_send_wr* bad = nullptr;
+        if (int rc = ibv_post_send(ep->qp, &wr, &bad); rc != 0) {
+            if (desc != nullptr) tx_desc_pool.put(desc);
+            (void)post_failed(ep, rc, "atomic reply");
+            return false;
+        }
+        ep->unsignaled = signaled ? 0 : static_cast<std::uint16_t>(ep->unsignaled + 1);
+        ep->tx_sn = sn;
+        --ep->sq_avail;
+        --cq_avail;
+        --ep->fc_credits;
+        ep->rx_credits = static_cast<std::uint16_t>(ep->rx_credits - credits);
+        if (desc != nullptr) {
+            auto* op = static_cast<TxOp*>(desc);
+            op->kind = TxOpKind::buffer;
+            op->sn = sn;
+            ep->ops.push_back(*op);
+        }
+        due.pop_front();
+    }
+    return true;
+}
+
+void RcIface::cpu_atomic_reply(RcEp* ep, const std::uint8_t* data, std::size_t length) {
+    if (ep == nullptr || (ep->flags & (kEpFailed | kEpClosing))) return;
+    RcAtomicReply reply;
+    if (LOOM_UNLIKELY(length != sizeof(reply))) {
+        fail_ep(ep, Status::io_error,
+                fmt::format("malformed atomic reply ({} bytes, expected {})", length, sizeof(reply)));
+        return;
+    }
+    std::memcpy(&reply, data, sizeof(reply));
+    auto& sns = ep->cold->cpu_atomic_sns;
+    auto it = std::find(sns.begin(), sns.end(), reply.sn);
+    if (LOOM_UNLIKELY(it == sns.end())) {
+        fail_ep(ep, Status::io_error, fmt::format("an atomic reply for request {}, which waits for none", reply.sn));
+        return;
+    }
+    sns.erase(it);
+    TxOp* posted_refused = nullptr;
+    for (TxOp& op : ep->ops) {
+        if (op.sn == reply.sn && op.kind == TxOpKind::cpu_atomic) {
+            std::memcpy(reinterpret_cast<std::uint8_t*>(&op) + kTxDescPayload, &reply, sizeof(reply));
+            if (reply.status != static_cast<std::int8_t>(Status::ok) && op.comp == nullptr) posted_refused = &op;
+            break;
+        }
+    }
+    if (LOOM_UNLIKELY(posted_refused != nullptr)) {
+        // Nobody waits for a posted atomic: the endpoint fails, as a NIC's refused atomic fails its QP.
+        fail_ep(ep, static_cast<Status>(reply.status), "the peer refused a posted atomic (see its log)");
+        return;
+    }
+    const std::uint64_t upto = completable(ep);
+    while (!ep->ops.empty() && ep->ops.front().sn <= upto) finish_op(ep->ops.pop_front(), Status::ok);
+    if (sns.empty() && ep->cold->fence_held) fence_release(ep);
+}
+
+void RcIface::fence_cpu_atomics(RcEp* ep) {
+    if (ep->cold->cpu_atomic_sns.empty() || ep->cold->fence_held || (ep->flags & (kEpFailed | kEpClosing))) return;
+    ep->cold->fence_held = true;
+    ep->sq_avail -= kFenceHold;
+}
+
+void RcIface::fence_release(RcEp* ep) {
+    ep->cold->fence_held = false;
+    if (ep->flags & kEpFailed) return;  // sq_avail stays kFailedSqAvail
+    ep->sq_avail += kFenceHold;
+    if (!ep->pending.empty()) arbiter_add(ep);
 }
 
 void RcIface::rx_error(RcEp* ep, const ibv_wc& wc) {
@@ -269,7 +473,7 @@ void RcIface::send_grant(RcEp* ep) {
         ep->flags |= kEpGrantDue;
         return;
     }
-    if (ep->sq_avail <= 0 || cq_avail <= 0) {
+    if (sq_room(ep) <= 0 || cq_avail <= 0) {
         ep->flags |= kEpGrantDue;
         arbiter_add(ep);
         return;
@@ -300,6 +504,16 @@ void RcIface::send_grant(RcEp* ep) {
     ep->flags &= static_cast<std::uint8_t>(~kEpGrantDue);
 }
 
+void RcIface::send_control(RcEp* ep) {
+    // Replies first: each returns the credits owed as well.
+    const bool replied = ep->cold->replies_due.empty() || send_replies(ep);
+    send_grant(ep);
+    if (!replied) {
+        ep->flags |= kEpGrantDue;
+        arbiter_add(ep);
+    }
+}
+
 void RcIface::dispatch_arbiter() {
     ucs::Queue<RcEp, &RcEp::arb_link> round;
     bool again = true;
@@ -309,7 +523,7 @@ void RcIface::dispatch_arbiter() {
         while (RcEp* ep = round.pop_front()) {
             ep->flags &= static_cast<std::uint8_t>(~kEpInArbiter);
             if (ep->flags & kEpClosing) continue;
-            if (ep->flags & kEpGrantDue) send_grant(ep);
+            if (ep->flags & kEpGrantDue) send_control(ep);
             if (ep->pending.empty()) continue;
             // One request per endpoint and round: endpoints are served fairly.
             if (ep->failed() || (ep->sq_avail > 0 && cq_avail > 0)) {
@@ -383,7 +597,10 @@ void RcIface::drain_failed() {
         if (ep->tx_sn != ep->acked_sn) {
             LOOM_LOG_DEBUG("rc/{}: QP {:#x}: {} requests never flushed by the device; completing them",
                            resource().dev_name, ep->qp_num, ep->tx_sn - ep->acked_sn);
+        }
+        if (ep->tx_sn != ep->acked_sn || ep->responses_due != 0) {
             // Their CQ entries will never be used: the accounting of complete_upto stays right.
+            // Atomics for the peer's CPU whose requests did complete get no reply any more.
             complete_upto(ep, ep->tx_sn, ep->cold->status);
         }
         draining_[i] = draining_.back();
@@ -502,7 +719,9 @@ Status RcIface::flush_prepare(RcEp* ep, bool& needs_marker) const {
     needs_marker = false;
     if (!ep->pending.empty()) return Status::no_resource;
     bool remote = iwarp_ && (ep->flags & kEpUnflushedWrites);
-    if (ep->tx_sn == ep->acked_sn && !remote) return Status::ok;
+    // Reads whose responses and atomics whose replies are still due complete later, through
+    // the operations queue, where the flush's own record waits behind them.
+    if (ep->tx_sn == ep->acked_sn && ep->responses_due == 0 && !remote) return Status::ok;
     if (ep->unsignaled != 0 || remote) {
         if (ep->sq_avail <= 0 || cq_avail <= 0) return Status::no_resource;
         needs_marker = true;

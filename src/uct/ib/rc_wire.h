@@ -78,7 +78,9 @@ inline constexpr std::size_t kRcMaxUserPriv = 56 - sizeof(RcCmPrivate);
 
 /** Flags of an active message header. */
 enum AmHdrFlags : std::uint8_t {
-    kAmHdrGrant = 1u << 0,  ///< credit grant only: no message for a handler
+    kAmHdrGrant = 1u << 0,        ///< credit grant only: no message for a handler
+    kAmHdrAtomicReq = 1u << 1,    ///< an RcAtomicRequest for the target's CPU (LOOM_IB_ATOMICS=cpu)
+    kAmHdrAtomicReply = 1u << 2,  ///< an RcAtomicReply
 };
 
 /**
@@ -91,5 +93,32 @@ struct RcAmHdr {
     std::uint16_t credits;  ///< active-message credits returned to the receiver of this header
 };
 static_assert(sizeof(RcAmHdr) == 4);
+
+/**
+ * An atomic operation for the target's CPU (after an RcAmHdr with kAmHdrAtomicReq). It
+ * uses a receive buffer and a credit like an active message; the target answers every
+ * request, posted or fetching, so that the initiator knows when it has been applied
+ * (flush and fence wait for the answers).
+ */
+struct RcAtomicRequest {
+    std::uint8_t op;    ///< AtomicOp
+    std::uint8_t size;  ///< 4 or 8
+    std::uint16_t reserved;
+    std::uint32_t rkey;
+    std::uint64_t sn;  ///< the request's sequence number at the initiator, echoed in the reply
+    std::uint64_t remote_addr;
+    std::uint64_t value;    ///< the operand (cswap: the swap value)
+    std::uint64_t compare;  ///< cswap only
+};
+static_assert(sizeof(RcAtomicRequest) == 40);
+
+/** The answer to an RcAtomicRequest (after an RcAmHdr with kAmHdrAtomicReply). */
+struct RcAtomicReply {
+    std::uint64_t sn;
+    std::uint64_t old;     ///< the previous value (4-byte operations: the low bytes)
+    std::int8_t status;    ///< Status: ok, or why the target refused (access_denied, invalid_param)
+    std::uint8_t reserved[7];
+};
+static_assert(sizeof(RcAtomicReply) == 24);
 
 }  // namespace loom::uct::ib

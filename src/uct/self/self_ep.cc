@@ -5,6 +5,7 @@
  */
 #include "uct/self/self_ep.h"
 
+#include "uct/base/cpu_atomic.h"
 #include "uct/self/self_iface.h"
 #include "uct/self/self_log.h"
 
@@ -91,25 +92,11 @@ Status self_get_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t rem
     return Status::ok;
 }
 
-/** Applies @p op atomically at @p addr and returns the previous value. */
-template <typename T>
-T atomic_apply(AtomicOp op, T* addr, T value) {
-    switch (op) {
-    case AtomicOp::add: return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::and_: return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::or_: return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::xor_: return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::swap: return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::cswap: break;
-    }
-    return 0;
-}
-
 template <typename T>
 Status self_atomic_post(Ep*, AtomicOp op, T value, std::uint64_t remote_addr, std::uint64_t) {
     if (LOOM_UNLIKELY(op == AtomicOp::cswap || op == AtomicOp::swap)) return Status::unsupported;
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
-    (void)atomic_apply(op, reinterpret_cast<T*>(remote_addr), value);
+    (void)cpu_atomic<T>(op, reinterpret_cast<T*>(remote_addr), value);
     return Status::ok;
 }
 
@@ -118,7 +105,7 @@ Status self_atomic_fetch(Ep*, AtomicOp op, T value, T* result, std::uint64_t rem
                          Completion*) {
     if (LOOM_UNLIKELY(op == AtomicOp::cswap)) return Status::unsupported;
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
-    *result = atomic_apply(op, reinterpret_cast<T*>(remote_addr), value);
+    *result = cpu_atomic<T>(op, reinterpret_cast<T*>(remote_addr), value);
     return Status::ok;
 }
 
@@ -126,10 +113,7 @@ template <typename T>
 Status self_atomic_cswap(Ep*, T compare, T swap, std::uint64_t remote_addr, std::uint64_t, T* result,
                          Completion*) {
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
-    T expected = compare;
-    __atomic_compare_exchange_n(reinterpret_cast<T*>(remote_addr), &expected, swap, false, __ATOMIC_SEQ_CST,
-                                __ATOMIC_SEQ_CST);
-    *result = expected;  // the previous value, whether or not the swap happened
+    *result = cpu_atomic<T>(AtomicOp::cswap, reinterpret_cast<T*>(remote_addr), swap, compare);
     return Status::ok;
 }
 

@@ -247,7 +247,7 @@ Status EpOps::atomic_post(Ep* base, AtomicOp op, T value, std::uint64_t remote_a
     if (LOOM_UNLIKELY(rk->base == nullptr)) {
         return emu_atomic(ep, rk, op, sizeof(T), value, 0, nullptr, remote_addr, nullptr);
     }
-    (void)atomic_apply(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
+    (void)cpu_atomic<T>(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
     return Status::ok;
 }
 
@@ -265,7 +265,7 @@ Status EpOps::atomic_fetch(Ep* base, AtomicOp op, T value, T* result, std::uint6
     if (LOOM_UNLIKELY(rk->base == nullptr)) {
         return emu_atomic(ep, rk, op, sizeof(T), value, 0, result, remote_addr, comp);
     }
-    *result = atomic_apply(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
+    *result = cpu_atomic<T>(op, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), value);
     return Status::ok;
 }
 
@@ -282,7 +282,8 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
     if (LOOM_UNLIKELY(rk->base == nullptr)) {
         return emu_atomic(ep, rk, AtomicOp::cswap, sizeof(T), swap, compare, result, remote_addr, comp);
     }
-    *result = atomic_cswap_apply(reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), compare, swap);
+    *result = cpu_atomic<T>(AtomicOp::cswap, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), swap,
+                             compare);
     return Status::ok;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "uct/api/uct.h"
+#include "uct/base/cpu_atomic.h"
 #include "uct/shm/shm_md.h"
 #include "uct/shm/shm_wire.h"
 
@@ -30,35 +31,6 @@ inline constexpr std::size_t kMaxPutShort = kMaxShort;
 /** Largest am_zcopy header, and most iovs of a zcopy operation. */
 inline constexpr std::size_t kMaxZcopyHeader = 128;
 inline constexpr std::size_t kMaxIov = 16;
-
-/** Applies @p op atomically at @p addr and returns the previous value. */
-template <typename T>
-T atomic_apply(AtomicOp op, T* addr, T value) {
-    switch (op) {
-        case AtomicOp::add:
-            return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::and_:
-            return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::or_:
-            return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::xor_:
-            return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::swap:
-            return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-        case AtomicOp::cswap:
-            break;  // atomic_cswap_apply
-    }
-    return 0;
-}
-
-/** Compare-and-swap at @p addr; returns the previous value, whether or not the swap happened. */
-template <typename T>
-T atomic_cswap_apply(T* addr, T compare, T swap) {
-    T expected = compare;
-    __atomic_compare_exchange_n(addr, &expected, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return expected;
-}
-
 
 class ShmIface;
 struct Peer;

@@ -169,6 +169,15 @@ void ShmComponent::rkey_release(const Rkey& rkey) const {
     delete key;
 }
 
+Status ShmComponent::rkey_ptr(const Rkey& rkey, std::uint64_t remote_addr, void** address) const {
+    const auto* key = static_cast<const RemoteKey*>(rkey.handle);
+    if (key == nullptr || !key->allows(remote_addr, 0, 0)) return Status::invalid_param;
+    // Registered memory of another process is reached by CMA or the owner's progress, never mapped.
+    if (key->base == nullptr) return Status::unreachable;
+    *address = key->base + (remote_addr - key->address);
+    return Status::ok;
+}
+
 // --- Md ---------------------------------------------------------------------------------
 
 ShmMd::ShmMd(const Component& component, const ShmConfig& config) : Md(component, "shm"), config_(config) {}

@@ -98,6 +98,8 @@ public:
      */
     Result<Rkey> rkey_unpack(const std::uint8_t* packed, std::size_t length) const override;
     void rkey_release(const Rkey& rkey) const override;
+    /** The mapped address of memory the owner's md allocated (a segment); unreachable otherwise. */
+    Status rkey_ptr(const Rkey& rkey, std::uint64_t remote_addr, void** address) const override;
 
 private:
     std::unique_ptr<SegmentCache> cache_;

@@ -480,15 +480,12 @@ void ShmIface::handle_atomic_request(const std::uint8_t* data, std::size_t lengt
         status = with_region(request.key_id, request.remote_addr, request.size, kAccessRemoteAtomic,
                              [&](std::uint8_t* word) {
                                  if (request.size == 8) {
-                                     auto* w = reinterpret_cast<std::uint64_t*>(word);
-                                     old = op == AtomicOp::cswap ? atomic_cswap_apply(w, request.compare, request.value)
-                                                                 : atomic_apply(op, w, request.value);
+                                     old = cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(word),
+                                                                     request.value, request.compare);
                                  } else {
-                                     auto* w = reinterpret_cast<std::uint32_t*>(word);
-                                     const auto value = static_cast<std::uint32_t>(request.value);
-                                     old = op == AtomicOp::cswap
-                                               ? atomic_cswap_apply(w, static_cast<std::uint32_t>(request.compare), value)
-                                               : atomic_apply(op, w, value);
+                                     old = cpu_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(word),
+                                                                     static_cast<std::uint32_t>(request.value),
+                                                                     static_cast<std::uint32_t>(request.compare));
                                  }
                              });
     }

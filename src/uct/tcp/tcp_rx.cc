@@ -30,6 +30,7 @@
  * writing large frames at once, each keeps reading what the other writes, so neither
  * can block the other.
  */
+#include "uct/base/cpu_atomic.h"
 #include "uct/tcp/tcp_iface.h"
 #include "uct/tcp/tcp_log.h"
 
@@ -67,20 +68,6 @@ const char* op_name(FrameType type) {
     return "unknown operation";
 }
 
-template <typename T>
-T apply_atomic(AtomicOp op, T* addr, T value, T compare) {
-    switch (op) {
-    case AtomicOp::add: return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::and_: return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::or_: return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::xor_: return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::swap: return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::cswap:
-        __atomic_compare_exchange_n(addr, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        return compare;  // the previous value, whether or not it was swapped
-    }
-    return 0;
-}
 
 }  // namespace
 
@@ -398,11 +385,11 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         if (at.rma.remote_addr % size == 0 &&
             md_->check_access(at.rma.key_id, at.rma.cookie, at.rma.remote_addr, size, kAccessRemoteAtomic, &why)) {
             if (size == 4) {
-                old = apply_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(at.rma.remote_addr),
+                old = cpu_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(at.rma.remote_addr),
                                                   static_cast<std::uint32_t>(at.value),
                                                   static_cast<std::uint32_t>(at.compare));
             } else {
-                old = apply_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(at.rma.remote_addr), at.value,
+                old = cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(at.rma.remote_addr), at.value,
                                                   at.compare);
             }
             status = Status::ok;

@@ -181,6 +181,63 @@ protected:
         EXPECT_EQ(0x11, back[loff + size]) << "get wrote past the local buffer";
     }
 
+    /** Every atomic operation, posted and fetching, 32 and 64 bits, on the word at offset 8 of @p m. */
+    void check_every_atomic(const Mapped& m, loom_rkey_h k) {
+        struct Case {
+            loom_atomic_op_t op;
+            std::uint64_t initial, operand, expect;
+        };
+        const std::uint64_t a = 0xf0f0f0f00ff00ff0ull, b = 0x0123456789abcdefull;
+        const Case cases[] = {
+            {LOOM_ATOMIC_OP_ADD, a, b, a + b}, {LOOM_ATOMIC_OP_AND, a, b, a & b},
+            {LOOM_ATOMIC_OP_OR, a, b, a | b},  {LOOM_ATOMIC_OP_XOR, a, b, a ^ b},
+            {LOOM_ATOMIC_OP_SWAP, a, b, b},
+        };
+        for (unsigned size : {4u, 8u}) {
+            const std::uint64_t mask = size == 4 ? 0xffffffffull : ~0ull;
+            std::uint8_t* word = m.address + 8;
+            auto read = [&] {
+                std::uint64_t v = 0;
+                std::memcpy(&v, word, size);
+                return v;
+            };
+            for (const Case& c : cases) {
+                for (bool fetch : {false, true}) {
+                    if (!fetch && c.op == LOOM_ATOMIC_OP_SWAP) continue;  // swap always fetches
+                    std::memset(m.address, 0x5c, 64);
+                    std::memcpy(word, &c.initial, size);
+                    std::uint64_t reply = 0x7777777777777777ull;
+                    ASSERT_EQ(LOOM_OK, atomic(c.op, size, c.operand, fetch ? &reply : nullptr, word, k))
+                        << "op " << c.op << " size " << size;
+                    ASSERT_EQ(LOOM_OK, flush());
+                    EXPECT_EQ(c.expect & mask, read()) << "op " << c.op << " size " << size << " fetch " << fetch;
+                    if (fetch) {
+                        std::uint64_t old = 0;
+                        std::memcpy(&old, &reply, size);
+                        EXPECT_EQ(c.initial & mask, old) << "op " << c.op << " size " << size;
+                        if (size == 4) {
+                            EXPECT_EQ(0x77777777u, reply >> 32) << "a 4-byte reply wrote 8 bytes";
+                        }
+                    }
+                    EXPECT_EQ(0x5c, m.address[8 - 1]);
+                    EXPECT_EQ(0x5c, m.address[8 + size]) << "the atomic touched a neighbour";
+                }
+            }
+            // Compare-and-swap (as in UCX): the operand is the value to compare with; the reply
+            // buffer holds the value to swap in, then the old value.
+            for (bool equal : {true, false}) {
+                std::memcpy(word, &a, size);
+                std::uint64_t cmp = equal ? a : a + 1;
+                std::uint64_t swap_in = b;
+                ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_CSWAP, size, cmp, &swap_in, word, k));
+                std::uint64_t old = 0;
+                std::memcpy(&old, &swap_in, size);
+                EXPECT_EQ(a & mask, old) << "cswap size " << size;
+                EXPECT_EQ((equal ? b : a) & mask, read()) << "cswap size " << size << " equal " << equal;
+            }
+        }
+    }
+
     loom_worker_h& initiator_ = sender_;  ///< the pair's names in RMA terms
     loom_worker_h& target_ = receiver_;
     std::vector<loom_mem_h> maps_;
@@ -396,59 +453,7 @@ TEST_P(UcpRmaTest, AtomicsEveryOperation) {
     Mapped m = map(64, true);  // shm atomics need memory the transport allocated
     loom_rkey_h k = rkey_of(m);
     ASSERT_NE(nullptr, k);
-    struct Case {
-        loom_atomic_op_t op;
-        std::uint64_t initial, operand, expect;
-    };
-    const std::uint64_t a = 0xf0f0f0f00ff00ff0ull, b = 0x0123456789abcdefull;
-    const Case cases[] = {
-        {LOOM_ATOMIC_OP_ADD, a, b, a + b}, {LOOM_ATOMIC_OP_AND, a, b, a & b},
-        {LOOM_ATOMIC_OP_OR, a, b, a | b},  {LOOM_ATOMIC_OP_XOR, a, b, a ^ b},
-        {LOOM_ATOMIC_OP_SWAP, a, b, b},
-    };
-    for (unsigned size : {4u, 8u}) {
-        const std::uint64_t mask = size == 4 ? 0xffffffffull : ~0ull;
-        std::uint8_t* word = m.address + 8;
-        auto read = [&] {
-            std::uint64_t v = 0;
-            std::memcpy(&v, word, size);
-            return v;
-        };
-        for (const Case& c : cases) {
-            for (bool fetch : {false, true}) {
-                if (!fetch && c.op == LOOM_ATOMIC_OP_SWAP) continue;  // swap always fetches
-                std::memset(m.address, 0x5c, 64);
-                std::memcpy(word, &c.initial, size);
-                std::uint64_t reply = 0x7777777777777777ull;
-                ASSERT_EQ(LOOM_OK, atomic(c.op, size, c.operand, fetch ? &reply : nullptr, word, k))
-                    << "op " << c.op << " size " << size;
-                ASSERT_EQ(LOOM_OK, flush());
-                EXPECT_EQ(c.expect & mask, read()) << "op " << c.op << " size " << size << " fetch " << fetch;
-                if (fetch) {
-                    std::uint64_t old = 0;
-                    std::memcpy(&old, &reply, size);
-                    EXPECT_EQ(c.initial & mask, old) << "op " << c.op << " size " << size;
-                    if (size == 4) {
-                        EXPECT_EQ(0x77777777u, reply >> 32) << "a 4-byte reply wrote 8 bytes";
-                    }
-                }
-                EXPECT_EQ(0x5c, m.address[8 - 1]);
-                EXPECT_EQ(0x5c, m.address[8 + size]) << "the atomic touched a neighbour";
-            }
-        }
-        // Compare-and-swap (as in UCX): the operand is the value to compare with; the reply
-        // buffer holds the value to swap in, then the old value.
-        for (bool equal : {true, false}) {
-            std::memcpy(word, &a, size);
-            std::uint64_t cmp = equal ? a : a + 1;
-            std::uint64_t swap_in = b;
-            ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_CSWAP, size, cmp, &swap_in, word, k));
-            std::uint64_t old = 0;
-            std::memcpy(&old, &swap_in, size);
-            EXPECT_EQ(a & mask, old) << "cswap size " << size;
-            EXPECT_EQ((equal ? b : a) & mask, read()) << "cswap size " << size << " equal " << equal;
-        }
-    }
+    check_every_atomic(m, k);
 }
 
 TEST_P(UcpRmaTest, AtomicBadParameters) {
@@ -802,6 +807,84 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpRmaTest,
                          });
 
 /**
+ * Who performs atomics (LOOM_ATOMIC_MODE): by default CPU atomics on every transport (rc:
+ * the target's progress), on memory the user registered as well as on memory Loom
+ * allocated; the protocol table names the path; with the NIC's atomics chosen, an
+ * endpoint whose lane would use CPU atomics refuses them. Over shm and tcp, and over rc
+ * in the RDMA VM (the Verbs instance).
+ */
+class UcpAtomicPathTest : public UcpRmaTest {
+protected:
+    bool rc() const { return std::string(GetParam().tls).rfind("rc", 0) == 0; }
+};
+
+TEST_P(UcpAtomicPathTest, EveryOperationOnRegisteredAndAllocatedMemory) {
+    for (bool allocate : {false, true}) {
+        Mapped m = map(64, allocate);
+        loom_rkey_h k = rkey_of(m);
+        ASSERT_NE(nullptr, k);
+        SCOPED_TRACE(allocate ? "allocated" : "registered");
+        check_every_atomic(m, k);
+    }
+}
+
+TEST_P(UcpAtomicPathTest, AFenceOrdersAPutAfterPostedAtomics) {
+    Mapped m = map(64, false);
+    loom_rkey_h k = rkey_of(m);
+    ASSERT_NE(nullptr, k);
+    for (int round = 0; round < 20; ++round) {
+        std::memset(m.address, 0, 16);
+        for (int i = 0; i < 8; ++i) ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_ADD, 8, 1, nullptr, m.address, k));
+        ASSERT_EQ(LOOM_OK, loom_ep_fence(ep_));
+        const std::uint64_t value = 1000 + round;
+        ASSERT_EQ(LOOM_OK, put(&value, sizeof(value), m.address, k));
+        ASSERT_EQ(LOOM_OK, flush());
+        std::uint64_t got;
+        std::memcpy(&got, m.address, 8);
+        ASSERT_EQ(value, got) << "round " << round << ": an atomic posted before the fence landed after the put";
+    }
+}
+
+TEST_P(UcpAtomicPathTest, ProtoInfoNamesThePath) {
+    testing::internal::CaptureStderr();
+    init({{"LOOM_PROTO_INFO", "y"}});
+    std::string info = testing::internal::GetCapturedStderr();
+    EXPECT_NE(std::string::npos, info.find("by CPU atomics (atomic with every other transport's)")) << info;
+}
+
+TEST_P(UcpAtomicPathTest, DeviceModeRefusesCpuAtomics) {
+    init({{"LOOM_ATOMIC_MODE", "device"}});
+    Mapped m = map(64, true);
+    loom_rkey_h k = rkey_of(m);
+    ASSERT_NE(nullptr, k);
+    std::uint64_t reply = 0;
+    // In the RDMA VM the Verbs instance runs on rxe (NIC atomics) and on siw (none).
+    const char* devices = std::getenv("LOOM_NET_DEVICES");
+    const bool nic = rc() && devices != nullptr && std::string(devices).rfind("siw", 0) != 0;
+    if (nic) {
+        // verbs' own atomics: 64-bit fetch-and-add and compare-and-swap, nothing else.
+        std::memset(m.address, 0, 16);
+        ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_ADD, 8, 5, &reply, m.address, k));
+        ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_ADD, 8, 5, &reply, m.address, k));
+        EXPECT_EQ(5u, reply);
+        LogCapture capture("error");
+        EXPECT_EQ(LOOM_ERR_UNSUPPORTED, atomic(LOOM_ATOMIC_OP_XOR, 8, 1, &reply, m.address, k));
+        EXPECT_EQ(1, capture.count("has no 64-bit atomic xor")) << capture.text();
+    } else {
+        LogCapture capture("error");
+        EXPECT_EQ(LOOM_ERR_UNSUPPORTED, atomic(LOOM_ATOMIC_OP_ADD, 8, 1, &reply, m.address, k));
+        EXPECT_EQ(1, capture.count("LOOM_ATOMIC_MODE=device")) << capture.text();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpAtomicPathTest,
+                         testing::Values(TlSet{"shm", "shm", false}, TlSet{"tcp", "tcp", false}),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpAtomicPathTest);
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpAtomicPathTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
+                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+/**
  * One worker to itself over self and shm: self is the AM lane and shm, the faster
  * rendezvous lane, carries RMA, so keys carry two entries and the RMA lane has its own
  * pending queue.
@@ -1004,6 +1087,47 @@ TEST_P(UcpRmaMultiProcTest, PutGetAtomicsBetweenProcesses) {
     ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, nullptr, 0, kTagDone, nullptr)));
     ASSERT_EQ(LOOM_OK, me.wait(loom_ep_flush_nbx(me.ep, nullptr)));
     EXPECT_EQ(0, peer.wait());
+}
+
+/**
+ * loom_rkey_ptr: over shm, memory the target allocated is mapped here, and stores through
+ * the pointer are in the target's memory (it checks them); its registered memory is not
+ * mapped (unreachable), nor is anything over tcp.
+ */
+TEST_P(UcpRmaMultiProcTest, RkeyPtrMapsAllocatedMemoryOfAPeer) {
+    const char* tls = GetParam();
+    for (bool allocate : {true, false}) {
+        SCOPED_TRACE(allocate ? "allocated" : "registered");
+        ForkedPeer peer([tls, allocate](ForkedPeer::Channel& ch) { return target_main(ch, tls, allocate); });
+        Side me;
+        start(peer, me);
+        ASSERT_NE(nullptr, rkey_);
+        void* ptr = nullptr;
+        const bool mapped = allocate && std::string(tls) == "shm";
+        {
+            LogCapture capture("error");
+            EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_rkey_ptr(rkey_, region_ + kRegion + 1, &ptr));
+            EXPECT_EQ(1, capture.count("is outside the key's region")) << capture.text();
+        }
+        ASSERT_EQ(mapped ? LOOM_OK : LOOM_ERR_UNREACHABLE, loom_rkey_ptr(rkey_, region_ + 100, &ptr));
+        if (mapped) {
+            void* base = nullptr;
+            ASSERT_EQ(LOOM_OK, loom_rkey_ptr(rkey_, region_, &base));
+            EXPECT_EQ(static_cast<std::uint8_t*>(base) + 100, ptr);
+            auto data = pattern(4096, 77);
+            std::memcpy(base, data.data(), data.size());  // plain stores into the peer's memory
+            std::uint64_t verify[2] = {77, data.size()}, verdict = 0;
+            loom_status_ptr_t rr = loom_tag_recv_nbx(me.worker, &verdict, 8, kTagVerdict, ~0ull, nullptr);
+            ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, verify, sizeof(verify), kTagVerify, nullptr)));
+            ASSERT_EQ(LOOM_OK, me.wait(rr));
+            EXPECT_EQ(1u, verdict) << "the target does not see the stores made through loom_rkey_ptr";
+        }
+        loom_rkey_destroy(rkey_);
+        rkey_ = nullptr;
+        ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, nullptr, 0, kTagDone, nullptr)));
+        ASSERT_EQ(LOOM_OK, me.wait(loom_ep_flush_nbx(me.ep, nullptr)));
+        EXPECT_EQ(0, peer.wait());
+    }
 }
 
 /** The target dies while gets wait for it: they complete with an error, the handler runs. */

@@ -948,20 +948,13 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
  * rc, on the device LOOM_NET_DEVICES names: only where test/rdma/run_rdma_tests.sh runs
  * the suite on RDMA devices (LOOMTEST_UCP_VERBS=1, in the RDMA VM on rxe and siw).
  */
-std::vector<TlSet> verbs_sets() {
-    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
-    const char* cm = std::getenv("LOOM_IB_CM");
-    if (cm != nullptr && std::string(cm) == "verbs") return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
-    return {TlSet{"rc", "rc", false}};
-}
-
-INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(verbs_sets()),
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
                          [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
 
 /**
  * Endpoint-to-endpoint rc (LOOM_IB_CM=verbs: QPs connected by the protocol layer's
  * wire-up over tcp), where test/rdma/run_rdma_tests.sh runs it on RoCE devices. The
- * whole tag suite runs on this set too (verbs_sets); these cases check the wire-up itself.
+ * whole tag suite runs on this set too (verbs_tl_sets); these cases check the wire-up itself.
  */
 class UcpEpToEpTest : public UcpTagTest {};
 

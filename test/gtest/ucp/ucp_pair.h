@@ -30,6 +30,18 @@ struct TlSet {
 
 inline void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
 
+/**
+ * The rc set of a suite's Verbs instance, where test/rdma/run_rdma_tests.sh runs it
+ * (LOOMTEST_UCP_VERBS set): rc through rdma_cm, or with LOOM_IB_CM=verbs endpoint to
+ * endpoint, wired up over tcp. Empty elsewhere.
+ */
+inline std::vector<TlSet> verbs_tl_sets() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (cm != nullptr && std::string(cm) == "verbs") return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
+    return {TlSet{"rc", "rc", false}};
+}
+
 /** Extra environment settings for one init, set before the context and unset at teardown. */
 using EnvList = std::vector<std::pair<std::string, std::string>>;
 

@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -386,20 +388,36 @@ TEST_P(IbResourceTest, AttributesMatchTheDevice) {
     EXPECT_LE(attr.ep_size, 128u);
     if (iwarp) {
         EXPECT_TRUE(attr.cap_flags & kCapConnectToIface) << "iWARP connects through rdma_cm";
-        EXPECT_FALSE(attr.cap_flags & (kCapAtomic32 | kCapAtomic64)) << "iWARP (siw) has no atomics";
+        // siw has no atomics: LOOM_IB_ATOMICS=auto performs them with the target's CPU.
+        EXPECT_TRUE((attr.cap_flags & (kCapAtomic32 | kCapAtomic64)) == (kCapAtomic32 | kCapAtomic64));
+        EXPECT_FALSE(attr.cap_flags & kCapAtomicDevice) << "iWARP (siw) has no NIC atomics";
         EXPECT_EQ(0u, attr.ep_addr_len);
     } else {
         EXPECT_TRUE(attr.cap_flags & kCapConnectToEp);
         EXPECT_GT(attr.ep_addr_len, 0u);
         EXPECT_TRUE(attr.cap_flags & kCapAtomic64);
+        EXPECT_TRUE(attr.cap_flags & kCapAtomicDevice) << "rxe has NIC atomics: auto uses them";
         EXPECT_EQ(atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap), attr.atomic64_ops)
             << "verbs has 64-bit fetch-add and compare-swap only";
         EXPECT_FALSE(attr.cap_flags & kCapAtomic32);
     }
 }
 
+TEST_P(IbResourceTest, CpuAtomicsOfferEveryOperation) {
+    Side side(GetParam(), {{"IB_ATOMICS", "cpu"}});
+    const IfaceAttr& attr = side.attr();
+    const std::uint64_t all = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) |
+                              atomic_op_bit(AtomicOp::or_) | atomic_op_bit(AtomicOp::xor_) |
+                              atomic_op_bit(AtomicOp::swap) | atomic_op_bit(AtomicOp::cswap);
+    EXPECT_TRUE((attr.cap_flags & (kCapAtomic32 | kCapAtomic64)) == (kCapAtomic32 | kCapAtomic64));
+    EXPECT_FALSE(attr.cap_flags & kCapAtomicDevice) << "the target's CPU performs them";
+    EXPECT_EQ(all, attr.atomic32_ops);
+    EXPECT_EQ(all, attr.atomic64_ops);
+}
+
 TEST_P(IbResourceTest, UnsupportedAtomicsSayUnsupported) {
-    Side a(GetParam()), b(GetParam());
+    // The NIC's atomics (none at all on siw, where device mode leaves rc without atomics).
+    Side a(GetParam(), {{"IB_ATOMICS", "device"}}), b(GetParam(), {{"IB_ATOMICS", "device"}});
     Ep* ep = a.connect(b);
     std::uint64_t result = 0;
     std::uint32_t result32 = 0;
@@ -1113,6 +1131,161 @@ TEST_P(IbPairTest, AtomicsAcrossTheWire) {
     EXPECT_EQ(1100u, result);
     EXPECT_EQ(7u, *word);
 }
+
+/** Runs @p op until it stops saying no_resource, progressing both sides; then waits for @p comp. */
+#define IB_CPU_ATOMIC(op, comp)                                           \
+    do {                                                                  \
+        Status status_;                                                   \
+        while ((status_ = (op)) == Status::no_resource) progress();       \
+        finish(status_, comp);                                            \
+    } while (0)
+
+TEST_P(IbPairTest, CpuAtomicsEveryOperationBothSizes) {
+    open({{"IB_ATOMICS", "cpu"}});
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    auto* w64 = reinterpret_cast<std::uint64_t*>(remote.data.data() + 8);
+    auto* w32 = reinterpret_cast<std::uint32_t*>(remote.data.data() + 20);
+    const std::uint64_t a = 0xf0f0f0f00ff00ff0ull, b = 0x0123456789abcdefull;
+    struct Case {
+        AtomicOp op;
+        std::uint64_t expect;
+    };
+    for (const Case& c : {Case{AtomicOp::add, a + b}, Case{AtomicOp::and_, a & b}, Case{AtomicOp::or_, a | b},
+                          Case{AtomicOp::xor_, a ^ b}, Case{AtomicOp::swap, b}}) {
+        *w64 = a;
+        *w32 = static_cast<std::uint32_t>(a);
+        std::uint64_t old64 = 0;
+        std::uint32_t old32 = 0;
+        CountingCompletion c64, c32;
+        IB_CPU_ATOMIC(ep_atomic64_fetch(ep, c.op, b, &old64, remote.addr(8), remote.rkey.rkey, &c64), c64);
+        IB_CPU_ATOMIC(ep_atomic32_fetch(ep, c.op, static_cast<std::uint32_t>(b), &old32, remote.addr(20),
+                                        remote.rkey.rkey, &c32),
+                      c32);
+        EXPECT_EQ(a, old64) << static_cast<int>(c.op);
+        EXPECT_EQ(static_cast<std::uint32_t>(a), old32) << static_cast<int>(c.op);
+        EXPECT_EQ(c.expect, *w64) << static_cast<int>(c.op);
+        EXPECT_EQ(static_cast<std::uint32_t>(c.expect), *w32) << static_cast<int>(c.op);
+        if (c.op == AtomicOp::swap) continue;
+        // Posted: the flush completes only once the target has applied it.
+        *w64 = a;
+        *w32 = static_cast<std::uint32_t>(a);
+        ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, c.op, b, remote.addr(8), remote.rkey.rkey); }));
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_atomic32_post(ep, c.op, static_cast<std::uint32_t>(b), remote.addr(20),
+                                              remote.rkey.rkey);
+                  }));
+        CountingCompletion flushed;
+        IB_CPU_ATOMIC(ep_flush(ep, 0, &flushed), flushed);
+        EXPECT_EQ(c.expect, *w64) << "posted " << static_cast<int>(c.op);
+        EXPECT_EQ(static_cast<std::uint32_t>(c.expect), *w32) << "posted " << static_cast<int>(c.op);
+    }
+    for (bool equal : {true, false}) {
+        *w64 = a;
+        *w32 = static_cast<std::uint32_t>(a);
+        std::uint64_t old64 = 0;
+        std::uint32_t old32 = 0;
+        CountingCompletion c64, c32;
+        IB_CPU_ATOMIC(ep_atomic64_cswap(ep, equal ? a : a + 1, b, remote.addr(8), remote.rkey.rkey, &old64, &c64),
+                      c64);
+        IB_CPU_ATOMIC(ep_atomic32_cswap(ep, static_cast<std::uint32_t>(equal ? a : a + 1),
+                                        static_cast<std::uint32_t>(b), remote.addr(20), remote.rkey.rkey, &old32,
+                                        &c32),
+                      c32);
+        EXPECT_EQ(a, old64);
+        EXPECT_EQ(static_cast<std::uint32_t>(a), old32);
+        EXPECT_EQ(equal ? b : a, *w64);
+        EXPECT_EQ(static_cast<std::uint32_t>(equal ? b : a), *w32);
+    }
+    EXPECT_EQ(Status::unsupported, ep_atomic64_post(ep, AtomicOp::swap, 1, remote.addr(8), remote.rkey.rkey))
+        << "a posted swap returns nothing: only the fetching form exists";
+}
+
+TEST_P(IbPairTest, CpuAtomicsAreAtomicWithTheCpusOwn) {
+    // The owner's threads add to the same word with CPU atomics while the peer's adds arrive:
+    // the target's progress applies those with the same instructions, so none is lost.
+    open({{"IB_ATOMICS", "cpu"}});
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    auto* word = reinterpret_cast<std::uint64_t*>(remote.data.data());
+    *word = 0;
+    constexpr int kEach = 5000;
+    std::atomic<bool> go{false};
+    std::thread local([&] {
+        while (!go.load()) {
+        }
+        for (int i = 0; i < kEach; ++i) __atomic_fetch_add(word, 1, __ATOMIC_SEQ_CST);
+    });
+    go = true;
+    for (int i = 0; i < kEach; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey); }));
+    }
+    CountingCompletion flushed;
+    IB_CPU_ATOMIC(ep_flush(ep, 0, &flushed), flushed);
+    local.join();
+    EXPECT_EQ(2u * kEach, __atomic_load_n(word, __ATOMIC_SEQ_CST));
+}
+
+TEST_P(IbPairTest, CpuAtomicsFenceHoldsLaterRequests) {
+    open({{"IB_ATOMICS", "cpu"}});
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    auto* word = reinterpret_cast<std::uint64_t*>(remote.data.data());
+    for (std::uint64_t round = 0; round < 20; ++round) {
+        *word = 0;
+        for (int i = 0; i < 4; ++i) {
+            ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey); }));
+        }
+        ASSERT_EQ(Status::ok, ep_fence(ep, 0));
+        // The put may not be posted before the adds are applied: it waits (no_resource) until then.
+        const std::uint64_t value = 1000 + round;
+        ASSERT_EQ(Status::ok, retry([&] { return ep_put_short(ep, &value, sizeof(value), remote.addr(0), remote.rkey.rkey); }));
+        CountingCompletion flushed;
+        IB_CPU_ATOMIC(ep_flush(ep, 0, &flushed), flushed);
+        ASSERT_EQ(value, *word) << "round " << round << ": an add posted before the fence landed after the put";
+    }
+}
+
+TEST_P(IbPairTest, CpuAtomicsRefuseForgedKeysAndBounds) {
+    open({{"IB_ATOMICS", "cpu"}});
+    Ep* ep = connect();
+    RemoteBuffer remote(*receiver_, *sender_, 64);
+    std::uint64_t old = 0;
+    loom::test::LogCapture capture("warn");
+    {
+        CountingCompletion c;
+        Status s;
+        while ((s = ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, remote.addr(8), remote.rkey.rkey ^ 0x5a5a00,
+                                      &c)) == Status::no_resource) {
+            progress();
+        }
+        ASSERT_EQ(Status::in_progress, s);
+        ASSERT_TRUE(wait_for([&] { return c.fired == 1; }));
+        EXPECT_EQ(Status::access_denied, c.status) << "a key no registration has";
+    }
+    {
+        CountingCompletion c;
+        Status s;
+        // Registrations cover whole pages (as the NIC sees them): far past the buffer is outside.
+        while ((s = ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, remote.addr(0) + (64ull << 20), remote.rkey.rkey,
+                                      &c)) == Status::no_resource) {
+            progress();
+        }
+        ASSERT_EQ(Status::in_progress, s);
+        ASSERT_TRUE(wait_for([&] { return c.fired == 1; }));
+        EXPECT_EQ(Status::access_denied, c.status) << "a word past the registration";
+    }
+    EXPECT_EQ(1, capture.count("no registration has this key")) << capture.text();
+    EXPECT_EQ(1, capture.count("the word is outside the registration")) << capture.text();
+    EXPECT_EQ(Status::invalid_param, ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(4), remote.rkey.rkey))
+        << "misaligned";
+    // The endpoint still works.
+    CountingCompletion c;
+    IB_CPU_ATOMIC(ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, remote.addr(8), remote.rkey.rkey, &c), c);
+    EXPECT_EQ(0u, old);
+}
+
+#undef IB_CPU_ATOMIC
 
 TEST_P(IbPairTest, PendingRequestsAreServedRoundRobin) {
     open({{"IB_FC_WINDOW", "4"}});
