@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 #
-# Build the OSU Micro-Benchmarks (the MPI ones) out of tree, once per MPI.
+# Build the OSU Micro-Benchmarks out of tree, once per MPI (the MPI benchmarks) and for
+# OpenSHMEM (oshmem: Open MPI's, the OpenSHMEM benchmarks).
 #
-#   test/mpi/build_osu.sh BUILD_DIR [openmpi|mpich]...     (default: openmpi)
+#   test/mpi/build_osu.sh BUILD_DIR [openmpi|mpich|oshmem]...     (default: openmpi)
 #
-# For each MPI, extracts ../shared/osu/osu-micro-benchmarks-7.4.tar.gz (OSU_TARBALL
-# overrides) into BUILD_DIR/osu/<mpi>/, configures it with that MPI's Debian compiler
-# wrappers (mpicc.<mpi>, mpicxx.<mpi>) and builds it with make -j$JOBS (default nproc).
-# Every binary is then linked into BUILD_DIR/osu/<mpi>/bin/ (osu_latency, osu_bw, ...),
-# and that directory is printed, one line per MPI: "<mpi> <dir>".
+# For each, extracts ../shared/osu/osu-micro-benchmarks-7.4.tar.gz (OSU_TARBALL
+# overrides) into BUILD_DIR/osu/<name>/, configures it with Debian's compiler wrappers
+# (mpicc.<mpi> and mpicxx.<mpi>; oshcc and oshc++ with --enable-openshmem) and builds it
+# with make -j$JOBS (default nproc). Every binary is then linked into
+# BUILD_DIR/osu/<name>/bin/ (osu_latency, osu_bw, ...; osu_oshm_put, ...), and that
+# directory is printed, one line per build: "<name> <dir>".
 #
 # Quiet on success: configure and make write BUILD_DIR/osu/<mpi>/{configure,make}.log,
 # and only a failure prints the end of its log. Incremental: a stamp records the
@@ -58,21 +60,22 @@ run_logged() {
     fi
 }
 
-# configure in the source tree (a subshell: the cd stays inside).
-configure_in() ( cd "$1" && ./configure CC="$2" CXX="$3" )
+# configure in the source tree (a subshell: the cd stays inside); $4...: extra options.
+configure_in() ( cd "$1" && ./configure CC="$2" CXX="$3" "${@:4}" )
 
 build_one() {
-    local mpi=$1 cc cxx
+    local mpi=$1 cc cxx extra=() subdir=c/mpi first=osu_latency
     case "$mpi" in
         openmpi|mpich) cc=mpicc.$mpi cxx=mpicxx.$mpi ;;
-        *) die "unknown MPI '$mpi' (use openmpi or mpich)" ;;
+        oshmem) cc=oshcc cxx=oshc++ extra=(--enable-openshmem) subdir=c/openshmem first=osu_oshm_put ;;
+        *) die "unknown build '$mpi' (use openmpi, mpich or oshmem)" ;;
     esac
     command -v "$cc" >/dev/null || die "$cc not found (apt-get install libopenmpi-dev / libmpich-dev)"
     command -v "$cxx" >/dev/null || die "$cxx not found (apt-get install libopenmpi-dev / libmpich-dev)"
 
     local dir=$build_dir/osu/$mpi
     local bin=$dir/bin stamp=$dir/.stamp
-    local key="tarball=$tarball $tar_id; configure CC=$cc CXX=$cxx"
+    local key="tarball=$tarball $tar_id; configure CC=$cc CXX=$cxx ${extra[*]}"
 
     if [[ -f $stamp && -d $bin && $(<"$stamp") == "$key" ]]; then
         echo "$mpi $bin"
@@ -86,7 +89,7 @@ build_one() {
     src=$(find "$dir" -mindepth 1 -maxdepth 1 -type d -name 'osu-micro-benchmarks-*' | head -n 1)
     [[ -n $src && -x $src/configure ]] || die "$tarball holds no osu-micro-benchmarks-*/configure"
     # Every file keeps the tarball's time stamp: make must not try to re-run automake.
-    run_logged "$dir/configure.log" "configure ($mpi)" configure_in "$src" "$cc" "$cxx"
+    run_logged "$dir/configure.log" "configure ($mpi)" configure_in "$src" "$cc" "$cxx" "${extra[@]}"
     run_logged "$dir/make.log" "make ($mpi)" make -C "$src" -j"$jobs"
 
     mkdir -p "$bin"
@@ -94,9 +97,9 @@ build_one() {
     while IFS= read -r f; do
         ln -sf "$f" "$bin/$(basename "$f")"
         n=$((n + 1))
-    done < <(find "$src/c/mpi" -type f -name 'osu_*' -perm -u+x | sort)
+    done < <(find "$src/$subdir" -type f -name 'osu_*' -perm -u+x | sort)
     [[ $n -gt 0 ]] || die "make ($mpi) succeeded but built no osu_* binary (see $dir/make.log)"
-    [[ -x $bin/osu_latency ]] || die "make ($mpi) built no osu_latency (see $dir/make.log)"
+    [[ -x $bin/$first ]] || die "make ($mpi) built no $first (see $dir/make.log)"
     printf '%s\n' "$key" >"$stamp"
     echo "$mpi $bin"
 }
