@@ -2,6 +2,14 @@
 """MPI-level benchmark: the OSU micro-benchmarks through Debian's Open MPI 4.1 over Loom,
 over UCX 1.13 and over Open MPI's own ob1, as ratios of medians.
 
+Benchmark groups (--benchmarks): pt2pt (the default: osu_latency, osu_bw, osu_bibw,
+osu_mbw_mr, osu_allreduce); onesided (osu_put_latency, osu_get_latency, osu_put_bw,
+osu_get_bw, osu_acc_latency, osu_fop_latency -T mpi_int: OSU's default window and
+synchronization, osc ucx on the pml ucx stacks, Open MPI's own osc choice under ob1: osc
+rdma over vader, pt2pt over tcp); oshm (OSU's OpenSHMEM osu_oshm_put and osu_oshm_put_mr on
+the symmetric heap, through oshrun and spml ucx, which is Open MPI 4.1's only OpenSHMEM
+transport: Loom and UCX only, OSU's fixed iterations).
+
 Stacks (all the same Open MPI, mpirun.openmpi, 2 ranks on this host):
     loom  pml ucx, with Loom's UCX-1.13-compatible libucp/libucs/libucm first on
           LD_LIBRARY_PATH (--loom-lib-dir, exported to the ranks with -x); LOOM_TLS
@@ -45,8 +53,8 @@ printed next to them.
 
 Output: a CSV (benchmark, transport, stack, size, median, min, max, repeats, unit), the
 tables and targets on stdout (progress on stderr), and one SVG per transport
-(<plot-dir>/mpi_<transport>.svg, contrib/bench/plot_mpi.py, which can also redraw them
-from a CSV). A stack that cannot run (Loom's directory missing, or a one-message smoke
+(<plot-dir>/mpi_<transport>.svg, and onesided_<transport>.svg for the one-sided and
+OpenSHMEM groups; contrib/bench/plot_mpi.py, which can also redraw them from a CSV). A stack that cannot run (Loom's directory missing, or a one-message smoke
 run failing) is reported on stderr and in the report, and skipped.
 
     contrib/bench/compare_mpi.py [--repeats 5] [--iterations N|BENCH=N,...] [--warmup ...]
@@ -80,7 +88,24 @@ BENCHMARKS = {
     "osu_bibw": ("bw", "MB/s", 1),
     "osu_mbw_mr": ("mr", "msg/s", 2),
     "osu_allreduce": ("lat", "us", 1),
+    # One-sided MPI: osc ucx on the pml ucx stacks; ob1 with Open MPI's own choice (osc rdma
+    # over btl vader, osc pt2pt over btl tcp).
+    "osu_put_latency": ("lat", "us", 1),
+    "osu_get_latency": ("lat", "us", 1),
+    "osu_put_bw": ("bw", "MB/s", 1),
+    "osu_get_bw": ("bw", "MB/s", 1),
+    "osu_acc_latency": ("lat", "us", 1),
+    "osu_fop_latency": ("lat", "us", 1),
+    # OpenSHMEM (oshrun, spml ucx: Loom and UCX only), on the symmetric heap.
+    "osu_oshm_put": ("lat", "us", 1),
+    "osu_oshm_put_mr": ("mr", "msg/s", 1),
 }
+ONESIDED = ("osu_put_latency", "osu_get_latency", "osu_put_bw", "osu_get_bw", "osu_acc_latency",
+            "osu_fop_latency")
+OSHM = ("osu_oshm_put", "osu_oshm_put_mr")
+# --benchmarks groups; the default is pt2pt (what the MPI comparison has always measured).
+GROUPS = {"pt2pt": ("osu_latency", "osu_bw", "osu_bibw", "osu_mbw_mr", "osu_allreduce"),
+          "onesided": ONESIDED, "oshm": OSHM}
 STACKS = ("loom", "ucx", "ob1")
 TRANSPORTS = ("shm", "tcp")
 PERFTEST = "loom_perftest"  # the pseudo-stack of the layer-cost check
@@ -105,6 +130,18 @@ TARGETS = [
     ("tcp", "osu_latency", 8, 8, ("ucx",), "le", 0.9),
     ("tcp", "osu_latency", 32 * KIB, 64 * KIB, ("ucx",), "le", 0.6),
     ("tcp", "osu_bw", MIB, MIB, ("ucx",), "ge", 1.2),
+    # One-sided MPI and OpenSHMEM (issue 15). osu_fop_latency runs with -T mpi_int: 4 B.
+    ("shm", "osu_put_latency", 8, 8, ("ucx", "ob1"), "le", 1.0),
+    ("shm", "osu_get_latency", 8, 8, ("ucx", "ob1"), "le", 1.0),
+    ("shm", "osu_put_bw", MIB, MIB, ("ucx", "ob1"), "ge", 1.1),
+    ("shm", "osu_get_bw", MIB, MIB, ("ucx", "ob1"), "ge", 1.1),
+    ("shm", "osu_fop_latency", 1, 8, ("ucx", "ob1"), "le", 0.9),
+    ("tcp", "osu_put_latency", 8, 8, ("ucx",), "le", 0.5),
+    ("tcp", "osu_get_bw", MIB, MIB, ("ucx",), "ge", 2.0),
+    ("shm", "osu_oshm_put", 8, 8, ("ucx",), "le", 1.0),
+    ("shm", "osu_oshm_put_mr", 8, 8, ("ucx",), "ge", 1.1),
+    ("tcp", "osu_oshm_put", 8, 8, ("ucx",), "le", 1.0),
+    ("tcp", "osu_oshm_put_mr", 8, 8, ("ucx",), "ge", 1.1),
 ]
 LAYER_COST_US = 0.03  # osu_latency 8 B over Loom minus loom_perftest tag_lat 8 B
 CSV_FIELDS = ["benchmark", "transport", "stack", "size", "median", "min", "max", "repeats", "unit"]
@@ -210,14 +247,22 @@ def base_env():
 
 
 def mpirun_cmd(a, stack, transport, binary, osu_args):
-    """The mpirun command line and environment for one benchmark run on one stack."""
+    """The mpirun (oshrun for OpenSHMEM) command line and environment for one benchmark run
+    on one stack."""
     env = base_env()
+    bench = os.path.basename(binary)
     bind = ["--bind-to", "core", "--map-by", "core"] if a.bind == "core" else ["--bind-to", "none"]
-    cmd = [a.mpirun, "-np", "2"] + bind
+    # OpenSHMEM: spml ucx (its only transport); Open MPI 4.1.4's spml ucx never deregisters
+    # its memory hooks, so finalize crashes unless they are off (on UCX as on Loom).
+    cmd = [a.oshrun if bench in OSHM else a.mpirun, "-np", "2"] + bind
+    if bench in OSHM:
+        cmd += ["--mca", "spml", "ucx", "--mca", "opal_common_ucx_opal_mem_hooks", "0"]
     if stack == "ob1":
         cmd += ["--mca", "pml", "ob1"] + OB1_ARGS[transport]
     else:
         cmd += PML_UCX
+        if bench in ONESIDED:
+            cmd += ["--mca", "osc", "ucx"]
         extra = dict(LOOM_ENV[transport] if stack == "loom" else UCX_ENV[transport])
         if stack == "loom":
             old = env.get("LD_LIBRARY_PATH")
@@ -243,7 +288,12 @@ def parse_osu(out, column):
 
 
 def osu_args(a, bench, min_size=1, max_size=None):
+    if bench in OSHM:
+        return ["heap"]  # OSU's OpenSHMEM tests take no size or iteration options
     args = ["-m", f"{min_size}:{max_size or a.sizes}"]
+    if bench == "osu_fop_latency":
+        # osc ucx 4.1.4 asks the transport for 1-byte atomics for the default MPI_CHAR.
+        args += ["-T", "mpi_int"]
     it = a.iterations.get(bench, a.iterations.get("*"))
     wu = a.warmup.get(bench, a.warmup.get("*"))
     if it is not None:
@@ -255,9 +305,13 @@ def osu_args(a, bench, min_size=1, max_size=None):
     return args
 
 
+def osu_dir_of(a, bench):
+    return a.oshm_osu_dir if bench in OSHM else a.osu_dir
+
+
 def run_osu(a, stack, transport, bench, args=None, timeout=None):
     """One OSU run; returns ({size: figure}, error text or None)."""
-    cmd, env = mpirun_cmd(a, stack, transport, os.path.join(a.osu_dir, bench),
+    cmd, env = mpirun_cmd(a, stack, transport, os.path.join(osu_dir_of(a, bench), bench),
                           args if args is not None else osu_args(a, bench))
     if a.verbose:
         shown = " ".join(f"{k}={env[k]}" for k in sorted(env) if k.startswith(("UCX_", "LOOM_")))
@@ -578,7 +632,9 @@ def main():
                    help="OSU -x, same forms; default: OSU's own (pml ucx over UCX needs it)")
     p.add_argument("--stacks", default=",".join(STACKS))
     p.add_argument("--transports", default=",".join(TRANSPORTS))
-    p.add_argument("--benchmarks", default=",".join(BENCHMARKS))
+    p.add_argument("--benchmarks", default="pt2pt",
+                   help="benchmarks, or groups: pt2pt (the default), onesided, oshm; "
+                        "e.g. onesided,oshm or osu_put_latency,osu_oshm_put")
     p.add_argument("--sizes", type=parse_size, default=4 * MIB, metavar="MAX",
                    help="largest message size, from 1 B (default 4M)")
     p.add_argument("--csv", default=os.path.join(TOP, "build", "compare_mpi.csv"))
@@ -591,6 +647,9 @@ def main():
                    help="directory of the osu_* binaries built against Open MPI (default: "
                         "test/mpi/build_osu.sh build openmpi)")
     p.add_argument("--mpirun", default="mpirun.openmpi")
+    p.add_argument("--oshrun", default="oshrun")
+    p.add_argument("--oshm-osu-dir", default="",
+                   help="directory of the osu_oshm_* binaries (default: test/mpi/build_osu.sh build oshmem)")
     p.add_argument("--bind", choices=("core", "none"), default="core")
     p.add_argument("--timeout", type=float, default=600, help="seconds per mpirun (default 600)")
     p.add_argument("--from-csv", default="", help="no runs: report and plots from this CSV")
@@ -598,7 +657,9 @@ def main():
     a = p.parse_args()
     stacks = split_list(a.stacks, STACKS, "--stacks")
     transports = split_list(a.transports, TRANSPORTS, "--transports")
-    benchmarks = split_list(a.benchmarks, tuple(BENCHMARKS), "--benchmarks")
+    names = [x.strip() for x in a.benchmarks.split(",") if x.strip()]
+    expanded = ",".join(",".join(GROUPS[n]) if n in GROUPS else n for n in names)
+    benchmarks = split_list(expanded, tuple(BENCHMARKS), "--benchmarks")
     a.loom_lib_dir = os.path.abspath(a.loom_lib_dir)
 
     if a.from_csv:
@@ -620,9 +681,16 @@ def main():
         if r.returncode != 0:
             sys.exit(f"compare_mpi: {script} failed:\n{r.stderr}")
         a.osu_dir = r.stdout.split()[-1]
-    missing = [b for b in benchmarks if not os.access(os.path.join(a.osu_dir, b), os.X_OK)]
+    if not a.oshm_osu_dir and any(b in OSHM for b in benchmarks):
+        script = os.path.join(TOP, "test", "mpi", "build_osu.sh")
+        r = subprocess.run([script, os.path.join(TOP, "build"), "oshmem"], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"compare_mpi: {script} oshmem failed:\n{r.stderr}")
+        a.oshm_osu_dir = r.stdout.split()[-1]
+    missing = [b for b in benchmarks if not os.access(os.path.join(osu_dir_of(a, b), b), os.X_OK)]
     if missing:
-        sys.exit(f"compare_mpi: {a.osu_dir} has no {', '.join(missing)} (--osu-dir)")
+        sys.exit(f"compare_mpi: no {', '.join(missing)} in {a.osu_dir} or {a.oshm_osu_dir} "
+                 f"(--osu-dir, --oshm-osu-dir)")
 
     # Which stacks can run: static checks, then one 8-byte message per transport.
     skipped, units = [], {}
@@ -662,6 +730,8 @@ def main():
                 order = list(units.get(transport, []))
                 if bench != "osu_latency" and PERFTEST in order:
                     order.remove(PERFTEST)
+                if bench in OSHM and "ob1" in order:
+                    order.remove("ob1")  # OpenSHMEM in Open MPI 4.1 runs on spml ucx only
                 if not order:
                     continue
                 k = rep % len(order)

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Plots of compare_mpi.py's CSV: one figure per transport, <plot-dir>/mpi_<transport>.svg.
+"""Plots of compare_mpi.py's CSV: per transport, <plot-dir>/mpi_<transport>.svg (point to
+point and collectives) and <plot-dir>/onesided_<transport>.svg (one-sided MPI and OpenSHMEM).
 
-Four panels, one line per stack (the median over repeats, the band min to max):
-osu_latency and osu_allreduce latency against size (log-log), osu_bw (solid) and osu_bibw
-(dashed) bandwidth against size, osu_mbw_mr message rate against size. Panels without data
-are left out. Uses matplotlib's Agg backend (Debian's python3-matplotlib); the SVG carries
+mpi_*: osu_latency and osu_allreduce latency against size (log-log), osu_bw (solid) and
+osu_bibw (dashed) bandwidth, osu_mbw_mr message rate. onesided_*: osu_put_latency (solid)
+and osu_get_latency (dashed), osu_put_bw and osu_get_bw, osu_oshm_put latency and
+osu_oshm_put_mr message rate. One line per stack (the median over repeats, the band min to
+max); panels without data, and figures without panels, are left out. Uses matplotlib's Agg backend (Debian's python3-matplotlib); the SVG carries
 no date, so a re-plot of the same CSV gives the same file.
 
     contrib/bench/plot_mpi.py CSV [--plot-dir docs/img] [--format svg]
@@ -31,6 +33,19 @@ PANELS = [
     ("osu_bw (solid), osu_bibw (dashed)", "bandwidth (MB/s)", [("osu_bw", "-"), ("osu_bibw", "--")]),
     ("osu_mbw_mr (1 pair)", "messages/s", [("osu_mbw_mr", "-")]),
 ]
+ONESIDED_PANELS = [
+    ("osu_put_latency (solid), osu_get_latency (dashed)", "latency (us)",
+     [("osu_put_latency", "-"), ("osu_get_latency", "--")]),
+    ("osu_put_bw (solid), osu_get_bw (dashed)", "bandwidth (MB/s)", [("osu_put_bw", "-"), ("osu_get_bw", "--")]),
+    ("OpenSHMEM osu_oshm_put (heap)", "latency (us)", [("osu_oshm_put", "-")]),
+    ("OpenSHMEM osu_oshm_put_mr (heap)", "messages/s", [("osu_oshm_put_mr", "-")]),
+]
+# file name prefix: (panels, what the title says the stacks run)
+FIGURES = {
+    "mpi": (PANELS, "Open MPI 4.1, 2 ranks"),
+    "onesided": (ONESIDED_PANELS, "Open MPI 4.1 one-sided (osc ucx; ob1: osc rdma/pt2pt) and OpenSHMEM "
+                                  "(spml ucx), 2 ranks"),
+}
 
 
 def size_label(x, _pos=None):
@@ -52,8 +67,8 @@ def plot(rows, plot_dir, transports=None, fmt="svg"):
         transports = sorted({t for t, _, _ in data})
     os.makedirs(plot_dir, exist_ok=True)
     paths = []
-    for transport in transports:
-        panels = [pn for pn in PANELS if any((transport, b, s) in data for b, _ in pn[2] for s in ORDER)]
+    for (prefix, (all_panels, what)), transport in [(f, t) for f in FIGURES.items() for t in transports]:
+        panels = [pn for pn in all_panels if any((transport, b, s) in data for b, _ in pn[2] for s in ORDER)]
         if not panels:
             continue
         cols = 2 if len(panels) > 1 else 1
@@ -86,10 +101,10 @@ def plot(rows, plot_dir, transports=None, fmt="svg"):
         present = [s for s in ORDER if any(k[0] == transport and k[2] == s for k in data)]
         desc = [DESCRIPTION[s] if isinstance(DESCRIPTION[s], str) else DESCRIPTION[s].get(transport, s)
                 for s in present]
-        fig.suptitle(f"OSU 7.4, Open MPI 4.1, 2 ranks, {transport}: {'; '.join(desc)}\n"
+        fig.suptitle(f"OSU 7.4, {what}, {transport}: {'; '.join(desc)}\n"
                      f"(medians of {'/'.join(str(x) for x in reps)} runs, band min-max)", fontsize=11)
         fig.tight_layout()
-        path = os.path.join(plot_dir, f"mpi_{transport}.{fmt}")
+        path = os.path.join(plot_dir, f"{prefix}_{transport}.{fmt}")
         fig.savefig(path, format=fmt, metadata={"Date": None} if fmt == "svg" else None)
         plt.close(fig)
         paths.append(path)

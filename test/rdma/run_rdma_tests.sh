@@ -145,6 +145,38 @@ suite_script='
                 printf "%s\n" "$out" | tail -15 | sed "s/^/  osu| /"
                 echo "[  FAILED  ] MpiOnRc.${d}_osu_latency (0 ms)"; rc=1
             fi
+            # One-sided MPI (osc ucx) and OpenSHMEM (spml ucx) over rc: atomics by the target'"'"'s CPU
+            # (LOOM_ATOMIC_MODE=cpu). OSU one-sided with validation where it has it, up to 64 KiB;
+            # test_shmem and osu_oshm_barrier with 2 PEs. (osu_oshm_put/get/put_mr have no option
+            # for fewer iterations: 1-2 minutes each under TCG, run by hand; docs/mpi.md.)
+            for b in "osu_put_latency -w create -s lock" "osu_get_bw -w allocate -s fence" "osu_acc_latency -c" \
+                     "osu_fop_latency -c -T mpi_int" "osu_cas_latency -c -T mpi_int"; do
+                name="MpiOnRc.${d}_osc_ucx_${b%% *}"
+                out=$(LD_LIBRARY_PATH="$7" LOOM_TLS=rc,self LOOM_NET_DEVICES=$dev timeout 300 mpirun -np 2 \
+                      -x LD_LIBRARY_PATH -x LOOM_TLS -x LOOM_NET_DEVICES -x LOOM_MODULE_DIR --mca pml ucx --mca osc ucx \
+                      --mca opal_common_ucx_tls any --mca opal_common_ucx_devices any "$8/"$b -m 1:65536 -i 5 -x 2 2>&1)
+                if [ $? -eq 0 ] && ! printf "%s\n" "$out" | grep -q Fail; then
+                    echo "[       OK ] $name (0 ms)"
+                else
+                    printf "%s\n" "$out" | tail -15 | sed "s/^/  osu| /"
+                    echo "[  FAILED  ] $name (0 ms)"; rc=1
+                fi
+            done
+            oshrun_rc=(oshrun -np 2 --bind-to none --mca spml ucx --mca pml ucx --mca opal_common_ucx_opal_mem_hooks 0
+                       --mca opal_common_ucx_tls any --mca opal_common_ucx_devices any
+                       -x LD_LIBRARY_PATH -x LOOM_TLS -x LOOM_NET_DEVICES -x LOOM_MODULE_DIR)
+            for p in "${11}" "${12}"; do
+                [ -n "$p" ] || continue
+                name="ShmemOnRc.${d}_$(basename "$p")"
+                out=$(LD_LIBRARY_PATH="$7" LOOM_TLS=rc,self LOOM_NET_DEVICES=$dev timeout 300 "${oshrun_rc[@]}" "$p" 2>&1)
+                if [ $? -eq 0 ] && { [ "$(basename "$p")" != test_shmem ] || printf "%s\n" "$out" | grep -Eq "^test_shmem: [0-9]+ checks passed$"; } &&
+                   ! printf "%s\n" "$out" | grep -q ": FAIL "; then
+                    echo "[       OK ] $name (0 ms)"
+                else
+                    printf "%s\n" "$out" | tail -15 | sed "s/^/  shmem| /"
+                    echo "[  FAILED  ] $name (0 ms)"; rc=1
+                fi
+            done
             LOOM_NET_DEVICES=$dev top_srcdir="$9" "$9/test/mpi/run_mpi_suite.sh" --loom "$7" --stacks ompi-loom \
                 --np 2 --tls rc,self --timeout 600 "${10}" > mpi_suite.out 2>&1 || rc=1
             awk -v d="$d" '"'"'
@@ -197,14 +229,19 @@ prepare() {
     mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
     cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
     cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
-    local mpi_compat="" osu_bin=""
+    local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier=""
     if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
         mpi_compat=$build/bindings/ucx/.libs
         osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
+        oshcc -O1 -o "$outdir/test_shmem" "$top/test/shmem/test_shmem.c" 2>"$outdir/test_shmem.build.log" &&
+            shmem_prog=$outdir/test_shmem
+        oshm_barrier=$("$top/test/mpi/build_osu.sh" "$build" oshmem 2>/dev/null | awk '{print $2}')
+        oshm_barrier=${oshm_barrier:+$oshm_barrier/osu_oshm_barrier}
     fi
     local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
                      bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
-                     "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi")
+                     "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi"
+                     "$shmem_prog" "$oshm_barrier")
     # The suite runs in the build tree (it leaves its scratch files there); each build has
     # its own time limit, so that one build's hang cannot eat the other's time.
     {

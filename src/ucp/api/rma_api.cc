@@ -263,8 +263,8 @@ loom_status_t loom_rkey_ptr(loom_rkey_h rkey_h, uint64_t remote_addr, void** add
         return LOOM_ERR_INVALID_PARAM;
     }
     if (!rkey->allows(remote_addr, 0, 0)) {
-        LOOM_LOG_ERROR("ucp: loom_rkey_ptr: {:#x} is outside the key's region {:#x}+{}", remote_addr, rkey->address,
-                       rkey->length);
+        LOOM_LOG_ERROR("ucp: loom_rkey_ptr: {:#x} is outside the key's region {:#x}+{}", remote_addr,
+                       rkey->address, rkey->length);
         return LOOM_ERR_INVALID_PARAM;
     }
     const Status s = rkey->component->rkey_ptr(rkey->handle, remote_addr, address);

@@ -53,12 +53,11 @@ const RegisteredTable<ContextConfig> g_table{
               "get_zcopy below it and on network devices, am without a GET lane). The receiver "
               "decides; non-contiguous buffers always take am. See docs/protocols.md.",
               &ContextConfig::rndv_scheme,
-              EnumParser<RndvScheme>(
-                  {{"auto", RndvScheme::auto_},
-                   {"get_zcopy", RndvScheme::get_zcopy},
-                   {"put_zcopy", RndvScheme::put_zcopy},
-                   {"get_put", RndvScheme::get_put},
-                   {"am", RndvScheme::am}})),
+              EnumParser<RndvScheme>({{"auto", RndvScheme::auto_},
+                                      {"get_zcopy", RndvScheme::get_zcopy},
+                                      {"put_zcopy", RndvScheme::put_zcopy},
+                                      {"get_put", RndvScheme::get_put},
+                                      {"am", RndvScheme::am}})),
         field("ATOMIC_MODE", "cpu",
               "Who performs atomic operations. cpu: CPU atomics on every transport (shm and tcp "
               "always; rc through the target's progress, LOOM_IB_ATOMICS=cpu), so atomics that "

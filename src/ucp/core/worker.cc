@@ -123,7 +123,8 @@ Status Worker::init() {
         wi.iface = std::move(*iface);
         wi.rsc = &rsc;
         if (Status s = wi.iface->query(wi.attr); s != Status::ok) return s;
-        if (context.config().atomic_mode == AtomicMode::device && !(wi.attr.cap_flags & uct::kCapAtomicDevice)) {
+        if (context.config().atomic_mode == AtomicMode::device &&
+            !(wi.attr.cap_flags & uct::kCapAtomicDevice)) {
             // One atomic path per word: with the NIC's atomics chosen, CPU atomics are not offered
             // (rma_atomic_check explains a refused one).
             wi.attr.cap_flags &= ~(uct::kCapAtomic32 | uct::kCapAtomic64);

@@ -447,7 +447,8 @@ const char* atomic_init(const ProtoInit& init, ProtoCaps& caps) {
  */
 std::string atomic_describe(const ProtoInit& init, const ProtoCaps& caps) {
     const uct::IfaceAttr& attr = init.lane_iface(caps.lane).attr;
-    if (attr.cap_flags & uct::kCapAtomicDevice) return " by the NIC (LOOM_ATOMIC_MODE=device; not atomic with CPU atomics)";
+    if (attr.cap_flags & uct::kCapAtomicDevice)
+        return " by the NIC (LOOM_ATOMIC_MODE=device; not atomic with CPU atomics)";
     return " by CPU atomics (atomic with every other transport's)";
 }
 
@@ -478,8 +479,15 @@ const Proto kGetBcopy{"get bcopy", "the bytes copied out of the transport's buff
                       get_bcopy_describe};
 const Proto kGetZcopy{"get zcopy", "into the registered buffer (registered for the operation when not mapped)",
                       proto_op_bit(ProtoOp::get), false, false, 2, zcopy_init, get_zcopy_progress, nullptr};
-const Proto kAtomic{"atomic", "the transport's atomic (posted, or fetching into a completion record)",
-                    proto_op_bit(ProtoOp::atomic), false, false, 0, atomic_init, atomic_progress, atomic_describe};
+const Proto kAtomic{"atomic",
+                    "the transport's atomic (posted, or fetching into a completion record)",
+                    proto_op_bit(ProtoOp::atomic),
+                    false,
+                    false,
+                    0,
+                    atomic_init,
+                    atomic_progress,
+                    atomic_describe};
 LOOM_PROTO_REGISTER(kPutShort);
 LOOM_PROTO_REGISTER(kPutBcopy);
 LOOM_PROTO_REGISTER(kPutZcopy);
@@ -598,13 +606,15 @@ Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned 
         static const char* const kNames[] = {"add", "and", "or", "xor", "swap", "cswap"};
         if (ep->worker->context.config().atomic_mode == AtomicMode::device &&
             !(wi.attr.cap_flags & uct::kCapAtomicDevice)) {
-            LOOM_LOG_ERROR("ucp: LOOM_ATOMIC_MODE=device: the RMA lane of the endpoint ({}/{}) would perform the "
-                           "{}-bit atomic {} with CPU atomics, which are not atomic with the NIC's; use "
-                           "LOOM_ATOMIC_MODE=cpu", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, size * 8,
-                           kNames[static_cast<unsigned>(op)]);
+            LOOM_LOG_ERROR(
+                "ucp: LOOM_ATOMIC_MODE=device: the RMA lane of the endpoint ({}/{}) would perform the "
+                "{}-bit atomic {} with CPU atomics, which are not atomic with the NIC's; use "
+                "LOOM_ATOMIC_MODE=cpu",
+                wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, size * 8, kNames[static_cast<unsigned>(op)]);
         } else {
-            LOOM_LOG_ERROR("ucp: the RMA lane of the endpoint ({}/{}) has no {}-bit atomic {}", wi.rsc->tl.tl_name,
-                           wi.rsc->tl.dev_name, size * 8, kNames[static_cast<unsigned>(op)]);
+            LOOM_LOG_ERROR("ucp: the RMA lane of the endpoint ({}/{}) has no {}-bit atomic {}",
+                           wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, size * 8,
+                           kNames[static_cast<unsigned>(op)]);
         }
         return Status::unsupported;
     }

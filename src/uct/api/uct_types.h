@@ -133,13 +133,13 @@ enum IfaceCap : std::uint64_t {
     kCapGetZcopy = 1ull << 9,
     kCapAtomic32 = 1ull << 10,
     kCapAtomic64 = 1ull << 11,
-    kCapConnectToIface = 1ull << 12,  ///< Ep created from the peer's iface address
-    kCapConnectToEp = 1ull << 13,     ///< Ep connected to a peer's ep address (wire-up)
+    kCapConnectToIface = 1ull << 12,          ///< Ep created from the peer's iface address
+    kCapConnectToEp = 1ull << 13,             ///< Ep connected to a peer's ep address (wire-up)
     kCapErrHandlingPeerFailure = 1ull << 14,  ///< detects a dead peer and fails its endpoints
-    kCapEventRecv = 1ull << 15,       ///< the event fd signals incoming messages
-    kCapIntraNode = 1ull << 16,       ///< reaches only processes on the same host
-    kCapSelfOnly = 1ull << 17,        ///< reaches only its own process
-    kCapConnectToSockaddr = 1ull << 18,  ///< client/server: listen() and Ep from a socket address
+    kCapEventRecv = 1ull << 15,               ///< the event fd signals incoming messages
+    kCapIntraNode = 1ull << 16,               ///< reaches only processes on the same host
+    kCapSelfOnly = 1ull << 17,                ///< reaches only its own process
+    kCapConnectToSockaddr = 1ull << 18,       ///< client/server: listen() and Ep from a socket address
     /**
      * The atomics are performed by the device (a NIC), not by CPU instructions: they are
      * not atomic with respect to other transports' atomics (or the CPU's) on the same word.

@@ -18,14 +18,19 @@ namespace loom::uct {
 template <typename T>
 T cpu_atomic(AtomicOp op, T* addr, T value, T compare = 0) {
     switch (op) {
-    case AtomicOp::add: return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::and_: return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::or_: return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::xor_: return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::swap: return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
-    case AtomicOp::cswap:
-        __atomic_compare_exchange_n(addr, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        return compare;  // the previous value, whether or not it was swapped
+        case AtomicOp::add:
+            return __atomic_fetch_add(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::and_:
+            return __atomic_fetch_and(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::or_:
+            return __atomic_fetch_or(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::xor_:
+            return __atomic_fetch_xor(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::swap:
+            return __atomic_exchange_n(addr, value, __ATOMIC_SEQ_CST);
+        case AtomicOp::cswap:
+            __atomic_compare_exchange_n(addr, &compare, value, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            return compare;  // the previous value, whether or not it was swapped
     }
     return 0;
 }

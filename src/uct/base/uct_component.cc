@@ -46,7 +46,9 @@ Result<Rkey> Component::rkey_unpack(const std::uint8_t*, std::size_t) const { re
 
 void Component::rkey_release(const Rkey&) const {}
 
-Status Component::rkey_ptr(const Rkey&, std::uint64_t, void**) const { return Status::unsupported; }
+Status Component::rkey_ptr(const Rkey&, std::uint64_t, void**) const {
+    return Status::unsupported;
+}
 
 std::vector<const Component*> components() {
     ComponentRegistry& reg = registry();

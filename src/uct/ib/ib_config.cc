@@ -48,26 +48,28 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
         cfg::field("SRQ", "auto",
                    "Use a shared receive queue: yes, no, try or auto (where the device has one).",
                    &IbConfig::srq, cfg::TernaryParser()),
-        cfg::field("CM", "auto",
-                   "Connection method: verbs (endpoint to endpoint, InfiniBand and RoCE), rdmacm (the iface "
-                   "listens on its IP address; required on iWARP), prefer_rdmacm (rdmacm where the port has an "
-                   "IP address, else verbs; what the protocol layer uses unless this is set) or auto (verbs, "
-                   "rdmacm on iWARP).",
-                   &IbConfig::cm,
-                   cfg::EnumParser<CmMode>({{"auto", CmMode::auto_},
-                                            {"verbs", CmMode::verbs},
-                                            {"rdmacm", CmMode::rdmacm},
-                                            {"prefer_rdmacm", CmMode::prefer_rdmacm}})),
-        cfg::field("ATOMICS", "auto",
-                   "Who performs atomic operations: device (the NIC; verbs defines only 64-bit fetch-and-add "
-                   "and compare-and-swap, and they are not atomic with the CPU's atomics on the same word), "
-                   "cpu (the target's progress applies every operation, 32 and 64 bits, with CPU atomics, "
-                   "like shm and tcp, so all transports' atomics on a word are atomic together) or auto "
-                   "(device where the device has atomics, else cpu). The protocol layer sets it from "
-                   "LOOM_ATOMIC_MODE unless this is set.",
-                   &IbConfig::atomics,
-                   cfg::EnumParser<AtomicPath>(
-                       {{"auto", AtomicPath::auto_}, {"device", AtomicPath::device}, {"cpu", AtomicPath::cpu}})),
+        cfg::field(
+            "CM", "auto",
+            "Connection method: verbs (endpoint to endpoint, InfiniBand and RoCE), rdmacm (the iface "
+            "listens on its IP address; required on iWARP), prefer_rdmacm (rdmacm where the port has an "
+            "IP address, else verbs; what the protocol layer uses unless this is set) or auto (verbs, "
+            "rdmacm on iWARP).",
+            &IbConfig::cm,
+            cfg::EnumParser<CmMode>({{"auto", CmMode::auto_},
+                                     {"verbs", CmMode::verbs},
+                                     {"rdmacm", CmMode::rdmacm},
+                                     {"prefer_rdmacm", CmMode::prefer_rdmacm}})),
+        cfg::field(
+            "ATOMICS", "auto",
+            "Who performs atomic operations: device (the NIC; verbs defines only 64-bit fetch-and-add "
+            "and compare-and-swap, and they are not atomic with the CPU's atomics on the same word), "
+            "cpu (the target's progress applies every operation, 32 and 64 bits, with CPU atomics, "
+            "like shm and tcp, so all transports' atomics on a word are atomic together) or auto "
+            "(device where the device has atomics, else cpu). The protocol layer sets it from "
+            "LOOM_ATOMIC_MODE unless this is set.",
+            &IbConfig::atomics,
+            cfg::EnumParser<AtomicPath>(
+                {{"auto", AtomicPath::auto_}, {"device", AtomicPath::device}, {"cpu", AtomicPath::cpu}})),
         cfg::field("TIMEOUT", "1s",
                    "Time the transport waits for an acknowledgement before retransmitting (rounded up to the "
                    "verbs encoding, 4.096 us * 2^n).",
@@ -109,9 +111,12 @@ const cfg::Table<IbConfig>& ib_config_table() { return kIbTable; }
 
 const char* to_string(AtomicPath path) noexcept {
     switch (path) {
-    case AtomicPath::auto_: return "auto";
-    case AtomicPath::device: return "device";
-    case AtomicPath::cpu: return "cpu";
+        case AtomicPath::auto_:
+            return "auto";
+        case AtomicPath::device:
+            return "device";
+        case AtomicPath::cpu:
+            return "cpu";
     }
     return "unknown";
 }

@@ -448,8 +448,14 @@ Status post_cpu_atomic(RcEp* ep, AtomicOp op, unsigned size, std::uint64_t value
     auto* bytes = static_cast<std::uint8_t*>(desc);
     const std::uint16_t credits = owed_credits(ep);
     const RcAmHdr hdr{0, kAmHdrAtomicReq, credits};
-    const RcAtomicRequest req{static_cast<std::uint8_t>(op), static_cast<std::uint8_t>(size), 0,
-                              static_cast<std::uint32_t>(rkey), ep->tx_sn + 1, remote_addr, value, compare};
+    const RcAtomicRequest req{static_cast<std::uint8_t>(op),
+                              static_cast<std::uint8_t>(size),
+                              0,
+                              static_cast<std::uint32_t>(rkey),
+                              ep->tx_sn + 1,
+                              remote_addr,
+                              value,
+                              compare};
     std::memcpy(bytes + kTxDescHdr, &hdr, sizeof(hdr));
     std::memcpy(bytes + kTxDescPayload, &req, sizeof(req));
     constexpr std::uint32_t kTotal = sizeof(RcAmHdr) + sizeof(RcAtomicRequest);
@@ -490,8 +496,8 @@ Status rc_cpu_atomic_fetch(Ep* tl_ep, AtomicOp op, T value, T* result, std::uint
 }
 
 template <typename T>
-Status rc_cpu_atomic_cswap(Ep* tl_ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey, T* result,
-                           Completion* comp) {
+Status rc_cpu_atomic_cswap(Ep* tl_ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey,
+                           T* result, Completion* comp) {
     return post_cpu_atomic(rc_ep(tl_ep), AtomicOp::cswap, sizeof(T), swap, compare, remote_addr, rkey, result,
                            comp);
 }

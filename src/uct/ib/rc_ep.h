@@ -100,12 +100,13 @@ inline constexpr std::uint64_t kWrIdSnMask = (std::uint64_t{1} << kWrIdGenShift)
 
 /** Endpoint state flags. */
 enum RcEpFlags : std::uint8_t {
-    kEpConnected = 1u << 0,        ///< the QP can send (RTS, or rdma_cm established)
-    kEpFailed = 1u << 1,           ///< failed: see RcEpCold::status
-    kEpClosing = 1u << 2,          ///< destroyed by the user, waiting for its flushed requests
-    kEpPassive = 1u << 3,          ///< created by the iface for an accepted rdma_cm connection
-    kEpInArbiter = 1u << 4,        ///< queued on the iface's arbiter (pending requests or a grant to send)
-    kEpGrantDue = 1u << 5,         ///< credits or atomic replies must go out but found no room (the arbiter sends them)
+    kEpConnected = 1u << 0,  ///< the QP can send (RTS, or rdma_cm established)
+    kEpFailed = 1u << 1,     ///< failed: see RcEpCold::status
+    kEpClosing = 1u << 2,    ///< destroyed by the user, waiting for its flushed requests
+    kEpPassive = 1u << 3,    ///< created by the iface for an accepted rdma_cm connection
+    kEpInArbiter = 1u << 4,  ///< queued on the iface's arbiter (pending requests or a grant to send)
+    kEpGrantDue =
+        1u << 5,  ///< credits or atomic replies must go out but found no room (the arbiter sends them)
     kEpUnflushedWrites = 1u << 6,  ///< iWARP: writes since the last remote flush (a read is needed)
     kEpFence = 1u << 7,            ///< the next request waits for earlier reads and atomics
 };

@@ -60,18 +60,24 @@ namespace {
 /** Who performs the atomics of an iface with @p config on @p dev: device, cpu, or auto_ for none. */
 AtomicPath resolve_atomics(const IbConfig& config, const DeviceInfo& dev) {
     switch (config.atomics) {
-    case AtomicPath::device: return dev.atomics() ? AtomicPath::device : AtomicPath::auto_;
-    case AtomicPath::cpu: return AtomicPath::cpu;
-    case AtomicPath::auto_: break;
+        case AtomicPath::device:
+            return dev.atomics() ? AtomicPath::device : AtomicPath::auto_;
+        case AtomicPath::cpu:
+            return AtomicPath::cpu;
+        case AtomicPath::auto_:
+            break;
     }
     return dev.atomics() ? AtomicPath::device : AtomicPath::cpu;
 }
 
 const IfaceOps& ops_for(AtomicPath path) {
     switch (path) {
-    case AtomicPath::device: return kRcOps;
-    case AtomicPath::cpu: return kRcOpsCpuAtomics;
-    case AtomicPath::auto_: break;
+        case AtomicPath::device:
+            return kRcOps;
+        case AtomicPath::cpu:
+            return kRcOpsCpuAtomics;
+        case AtomicPath::auto_:
+            break;
     }
     return kRcOpsNoAtomics;
 }
@@ -379,9 +385,9 @@ Status RcIface::query(IfaceAttr& attr) const {
         attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::cswap);
     } else if (atomic_path_ == AtomicPath::cpu) {
         attr.cap_flags |= kCapAtomic32 | kCapAtomic64;
-        attr.atomic32_ops = attr.atomic64_ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) |
-                                                atomic_op_bit(AtomicOp::or_) | atomic_op_bit(AtomicOp::xor_) |
-                                                atomic_op_bit(AtomicOp::swap) | atomic_op_bit(AtomicOp::cswap);
+        attr.atomic32_ops = attr.atomic64_ops =
+            atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) | atomic_op_bit(AtomicOp::or_) |
+            atomic_op_bit(AtomicOp::xor_) | atomic_op_bit(AtomicOp::swap) | atomic_op_bit(AtomicOp::cswap);
     }
     // A zcopy message (header and payload) must fit one receive buffer.
     attr.am = {.max_short = max_am_short,

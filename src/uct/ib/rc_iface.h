@@ -335,8 +335,9 @@ private:
     IbConfig config_;
     const PortInfo& port_;
     bool iwarp_;
-    bool atomics_;             ///< the device has atomics (the QPs allow remote atomics)
-    AtomicPath atomic_path_;   ///< who performs ours: device, cpu, or auto_ for nobody (LOOM_IB_ATOMICS=device, none)
+    bool atomics_;  ///< the device has atomics (the QPs allow remote atomics)
+    AtomicPath
+        atomic_path_;  ///< who performs ours: device, cpu, or auto_ for nobody (LOOM_IB_ATOMICS=device, none)
     bool use_rdmacm_ = false;
     unsigned gid_index_ = 0;
     ibv_gid gid_{};

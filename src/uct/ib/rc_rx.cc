@@ -218,7 +218,8 @@ void RcIface::finish_op(TxOp* op, Status status) {
             RcAtomicReply reply;  // cpu_atomic_reply left it in the payload
             std::memcpy(&reply, reinterpret_cast<std::uint8_t*>(op) + kTxDescPayload, sizeof(reply));
             status = static_cast<Status>(reply.status);
-            if (status == Status::ok && op->result != nullptr) std::memcpy(op->result, &reply.old, op->length);
+            if (status == Status::ok && op->result != nullptr)
+                std::memcpy(op->result, &reply.old, op->length);
         }
         tx_desc_pool.put(op);
         if (comp != nullptr) completion_update(comp, status);
@@ -309,8 +310,9 @@ unsigned RcIface::poll_rx() {
 void RcIface::cpu_atomic_request(RcEp* ep, const std::uint8_t* data, std::size_t length) {
     if (ep == nullptr || (ep->flags & (kEpFailed | kEpClosing))) return;
     if (LOOM_UNLIKELY(length != sizeof(RcAtomicRequest))) {
-        fail_ep(ep, Status::io_error, fmt::format("malformed atomic request ({} bytes, expected {})", length,
-                                                  sizeof(RcAtomicRequest)));
+        fail_ep(
+            ep, Status::io_error,
+            fmt::format("malformed atomic request ({} bytes, expected {})", length, sizeof(RcAtomicRequest)));
         return;
     }
     RcAtomicRequest req;
@@ -329,14 +331,14 @@ void RcIface::cpu_atomic_request(RcEp* ep, const std::uint8_t* data, std::size_t
     }
     if (status == Status::ok) {
         const auto op = static_cast<AtomicOp>(req.op);
-        reply.old = req.size == 8 ? cpu_atomic<std::uint64_t>(op, static_cast<std::uint64_t*>(word), req.value,
-                                                              req.compare)
+        reply.old = req.size == 8 ? cpu_atomic<std::uint64_t>(op, static_cast<std::uint64_t*>(word),
+                                                              req.value, req.compare)
                                   : cpu_atomic<std::uint32_t>(op, static_cast<std::uint32_t*>(word),
                                                               static_cast<std::uint32_t>(req.value),
                                                               static_cast<std::uint32_t>(req.compare));
     } else {
-        LOOM_LOG_WARN("rc/{}: refused a {}-byte atomic from {} at {:#x} (rkey {:#x}): {}", resource().dev_name,
-                      req.size, ep->cold->peer, req.remote_addr, req.rkey, why);
+        LOOM_LOG_WARN("rc/{}: refused a {}-byte atomic from {} at {:#x} (rkey {:#x}): {}",
+                      resource().dev_name, req.size, ep->cold->peer, req.remote_addr, req.rkey, why);
     }
     reply.status = static_cast<std::int8_t>(status);
     try {
@@ -358,7 +360,8 @@ bool RcIface::send_replies(RcEp* ep) {
             due.clear();
             return true;
         }
-        if (!(ep->flags & kEpConnected) || sq_room(ep) <= 0 || cq_avail <= 0 || ep->fc_credits <= 0) return false;
+        if (!(ep->flags & kEpConnected) || sq_room(ep) <= 0 || cq_avail <= 0 || ep->fc_credits <= 0)
+            return false;
         const std::uint16_t credits = ep->rx_credits;
         RcAmHdr hdr{0, kAmHdrAtomicReply, credits};
         void* desc = nullptr;
@@ -376,7 +379,8 @@ bool RcIface::send_replies(RcEp* ep) {
             auto* bytes = static_cast<std::uint8_t*>(desc);
             std::memcpy(bytes + kTxDescHdr, &hdr, sizeof(hdr));
             std::memcpy(bytes + kTxDescPayload, &due.front(), sizeof(RcAtomicReply));
-            sge = {reinterpret_cast<std::uintptr_t>(bytes + kTxDescHdr), kTotal, static_cast<TxOp*>(desc)->lkey};
+            sge = {reinterpret_cast<std::uintptr_t>(bytes + kTxDescHdr), kTotal,
+                   static_cast<TxOp*>(desc)->lkey};
         }
         wr.opcode = IBV_WR_SEND;
         wr.sg_list = &sge;
@@ -420,7 +424,8 @@ void RcIface::cpu_atomic_reply(RcEp* ep, const std::uint8_t* data, std::size_t l
     auto& sns = ep->cold->cpu_atomic_sns;
     auto it = std::find(sns.begin(), sns.end(), reply.sn);
     if (LOOM_UNLIKELY(it == sns.end())) {
-        fail_ep(ep, Status::io_error, fmt::format("an atomic reply for request {}, which waits for none", reply.sn));
+        fail_ep(ep, Status::io_error,
+                fmt::format("an atomic reply for request {}, which waits for none", reply.sn));
         return;
     }
     sns.erase(it);
@@ -428,7 +433,8 @@ void RcIface::cpu_atomic_reply(RcEp* ep, const std::uint8_t* data, std::size_t l
     for (TxOp& op : ep->ops) {
         if (op.sn == reply.sn && op.kind == TxOpKind::cpu_atomic) {
             std::memcpy(reinterpret_cast<std::uint8_t*>(&op) + kTxDescPayload, &reply, sizeof(reply));
-            if (reply.status != static_cast<std::int8_t>(Status::ok) && op.comp == nullptr) posted_refused = &op;
+            if (reply.status != static_cast<std::int8_t>(Status::ok) && op.comp == nullptr)
+                posted_refused = &op;
             break;
         }
     }
@@ -443,7 +449,8 @@ void RcIface::cpu_atomic_reply(RcEp* ep, const std::uint8_t* data, std::size_t l
 }
 
 void RcIface::fence_cpu_atomics(RcEp* ep) {
-    if (ep->cold->cpu_atomic_sns.empty() || ep->cold->fence_held || (ep->flags & (kEpFailed | kEpClosing))) return;
+    if (ep->cold->cpu_atomic_sns.empty() || ep->cold->fence_held || (ep->flags & (kEpFailed | kEpClosing)))
+        return;
     ep->cold->fence_held = true;
     ep->sq_avail -= kFenceHold;
 }

@@ -115,8 +115,8 @@ static_assert(sizeof(RcAtomicRequest) == 40);
 /** The answer to an RcAtomicRequest (after an RcAmHdr with kAmHdrAtomicReply). */
 struct RcAtomicReply {
     std::uint64_t sn;
-    std::uint64_t old;     ///< the previous value (4-byte operations: the low bytes)
-    std::int8_t status;    ///< Status: ok, or why the target refused (access_denied, invalid_param)
+    std::uint64_t old;   ///< the previous value (4-byte operations: the low bytes)
+    std::int8_t status;  ///< Status: ok, or why the target refused (access_denied, invalid_param)
     std::uint8_t reserved[7];
 };
 static_assert(sizeof(RcAtomicReply) == 24);

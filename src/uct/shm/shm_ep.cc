@@ -282,8 +282,8 @@ Status EpOps::atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_add
     if (LOOM_UNLIKELY(rk->base == nullptr)) {
         return emu_atomic(ep, rk, AtomicOp::cswap, sizeof(T), swap, compare, result, remote_addr, comp);
     }
-    *result = cpu_atomic<T>(AtomicOp::cswap, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)), swap,
-                             compare);
+    *result = cpu_atomic<T>(AtomicOp::cswap, reinterpret_cast<T*>(rk->base + (remote_addr - rk->address)),
+                            swap, compare);
     return Status::ok;
 }
 

@@ -480,12 +480,14 @@ void ShmIface::handle_atomic_request(const std::uint8_t* data, std::size_t lengt
         status = with_region(request.key_id, request.remote_addr, request.size, kAccessRemoteAtomic,
                              [&](std::uint8_t* word) {
                                  if (request.size == 8) {
-                                     old = cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(word),
-                                                                     request.value, request.compare);
+                                     old =
+                                         cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(word),
+                                                                   request.value, request.compare);
                                  } else {
-                                     old = cpu_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(word),
-                                                                     static_cast<std::uint32_t>(request.value),
-                                                                     static_cast<std::uint32_t>(request.compare));
+                                     old = cpu_atomic<std::uint32_t>(
+                                         op, reinterpret_cast<std::uint32_t*>(word),
+                                         static_cast<std::uint32_t>(request.value),
+                                         static_cast<std::uint32_t>(request.compare));
                                  }
                              });
     }

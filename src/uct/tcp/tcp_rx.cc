@@ -68,7 +68,6 @@ const char* op_name(FrameType type) {
     return "unknown operation";
 }
 
-
 }  // namespace
 
 // --- progress ----------------------------------------------------------------------------------
@@ -386,11 +385,11 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
             md_->check_access(at.rma.key_id, at.rma.cookie, at.rma.remote_addr, size, kAccessRemoteAtomic, &why)) {
             if (size == 4) {
                 old = cpu_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(at.rma.remote_addr),
-                                                  static_cast<std::uint32_t>(at.value),
-                                                  static_cast<std::uint32_t>(at.compare));
+                                                static_cast<std::uint32_t>(at.value),
+                                                static_cast<std::uint32_t>(at.compare));
             } else {
-                old = cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(at.rma.remote_addr), at.value,
-                                                  at.compare);
+                old = cpu_atomic<std::uint64_t>(op, reinterpret_cast<std::uint64_t*>(at.rma.remote_addr),
+                                                at.value, at.compare);
             }
             status = Status::ok;
         } else {

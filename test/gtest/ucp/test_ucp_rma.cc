@@ -210,7 +210,8 @@ protected:
                     ASSERT_EQ(LOOM_OK, atomic(c.op, size, c.operand, fetch ? &reply : nullptr, word, k))
                         << "op " << c.op << " size " << size;
                     ASSERT_EQ(LOOM_OK, flush());
-                    EXPECT_EQ(c.expect & mask, read()) << "op " << c.op << " size " << size << " fetch " << fetch;
+                    EXPECT_EQ(c.expect & mask, read())
+                        << "op " << c.op << " size " << size << " fetch " << fetch;
                     if (fetch) {
                         std::uint64_t old = 0;
                         std::memcpy(&old, &reply, size);
@@ -834,14 +835,16 @@ TEST_P(UcpAtomicPathTest, AFenceOrdersAPutAfterPostedAtomics) {
     ASSERT_NE(nullptr, k);
     for (int round = 0; round < 20; ++round) {
         std::memset(m.address, 0, 16);
-        for (int i = 0; i < 8; ++i) ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_ADD, 8, 1, nullptr, m.address, k));
+        for (int i = 0; i < 8; ++i)
+            ASSERT_EQ(LOOM_OK, atomic(LOOM_ATOMIC_OP_ADD, 8, 1, nullptr, m.address, k));
         ASSERT_EQ(LOOM_OK, loom_ep_fence(ep_));
         const std::uint64_t value = 1000 + round;
         ASSERT_EQ(LOOM_OK, put(&value, sizeof(value), m.address, k));
         ASSERT_EQ(LOOM_OK, flush());
         std::uint64_t got;
         std::memcpy(&got, m.address, 8);
-        ASSERT_EQ(value, got) << "round " << round << ": an atomic posted before the fence landed after the put";
+        ASSERT_EQ(value, got) << "round " << round
+                              << ": an atomic posted before the fence landed after the put";
     }
 }
 
@@ -879,10 +882,14 @@ TEST_P(UcpAtomicPathTest, DeviceModeRefusesCpuAtomics) {
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcpAtomicPathTest,
                          testing::Values(TlSet{"shm", "shm", false}, TlSet{"tcp", "tcp", false}),
-                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpAtomicPathTest);
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpAtomicPathTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
-                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
 
 /**
  * One worker to itself over self and shm: self is the AM lane and shm, the faster
@@ -1118,7 +1125,8 @@ TEST_P(UcpRmaMultiProcTest, RkeyPtrMapsAllocatedMemoryOfAPeer) {
             std::memcpy(base, data.data(), data.size());  // plain stores into the peer's memory
             std::uint64_t verify[2] = {77, data.size()}, verdict = 0;
             loom_status_ptr_t rr = loom_tag_recv_nbx(me.worker, &verdict, 8, kTagVerdict, ~0ull, nullptr);
-            ASSERT_EQ(LOOM_OK, me.wait(loom_tag_send_nbx(me.ep, verify, sizeof(verify), kTagVerify, nullptr)));
+            ASSERT_EQ(LOOM_OK,
+                      me.wait(loom_tag_send_nbx(me.ep, verify, sizeof(verify), kTagVerify, nullptr)));
             ASSERT_EQ(LOOM_OK, me.wait(rr));
             EXPECT_EQ(1u, verdict) << "the target does not see the stores made through loom_rkey_ptr";
         }

@@ -949,7 +949,9 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpTagTest,
  * the suite on RDMA devices (LOOMTEST_UCP_VERBS=1, in the RDMA VM on rxe and siw).
  */
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
-                         [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
 
 /**
  * Endpoint-to-endpoint rc (LOOM_IB_CM=verbs: QPs connected by the protocol layer's

@@ -38,7 +38,8 @@ inline void PrintTo(const TlSet& set, std::ostream* os) { *os << set.name; }
 inline std::vector<TlSet> verbs_tl_sets() {
     if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
     const char* cm = std::getenv("LOOM_IB_CM");
-    if (cm != nullptr && std::string(cm) == "verbs") return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
+    if (cm != nullptr && std::string(cm) == "verbs")
+        return {TlSet{"rc_wired_up_over_tcp", "rc,tcp:aux", false}};
     return {TlSet{"rc", "rc", false}};
 }
 

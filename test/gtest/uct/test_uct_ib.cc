@@ -1133,11 +1133,11 @@ TEST_P(IbPairTest, AtomicsAcrossTheWire) {
 }
 
 /** Runs @p op until it stops saying no_resource, progressing both sides; then waits for @p comp. */
-#define IB_CPU_ATOMIC(op, comp)                                           \
-    do {                                                                  \
-        Status status_;                                                   \
-        while ((status_ = (op)) == Status::no_resource) progress();       \
-        finish(status_, comp);                                            \
+#define IB_CPU_ATOMIC(op, comp)                                     \
+    do {                                                            \
+        Status status_;                                             \
+        while ((status_ = (op)) == Status::no_resource) progress(); \
+        finish(status_, comp);                                      \
     } while (0)
 
 TEST_P(IbPairTest, CpuAtomicsEveryOperationBothSizes) {
@@ -1170,7 +1170,8 @@ TEST_P(IbPairTest, CpuAtomicsEveryOperationBothSizes) {
         // Posted: the flush completes only once the target has applied it.
         *w64 = a;
         *w32 = static_cast<std::uint32_t>(a);
-        ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, c.op, b, remote.addr(8), remote.rkey.rkey); }));
+        ASSERT_EQ(Status::ok,
+                  retry([&] { return ep_atomic64_post(ep, c.op, b, remote.addr(8), remote.rkey.rkey); }));
         ASSERT_EQ(Status::ok, retry([&] {
                       return ep_atomic32_post(ep, c.op, static_cast<std::uint32_t>(b), remote.addr(20),
                                               remote.rkey.rkey);
@@ -1186,12 +1187,12 @@ TEST_P(IbPairTest, CpuAtomicsEveryOperationBothSizes) {
         std::uint64_t old64 = 0;
         std::uint32_t old32 = 0;
         CountingCompletion c64, c32;
-        IB_CPU_ATOMIC(ep_atomic64_cswap(ep, equal ? a : a + 1, b, remote.addr(8), remote.rkey.rkey, &old64, &c64),
-                      c64);
-        IB_CPU_ATOMIC(ep_atomic32_cswap(ep, static_cast<std::uint32_t>(equal ? a : a + 1),
-                                        static_cast<std::uint32_t>(b), remote.addr(20), remote.rkey.rkey, &old32,
-                                        &c32),
-                      c32);
+        IB_CPU_ATOMIC(
+            ep_atomic64_cswap(ep, equal ? a : a + 1, b, remote.addr(8), remote.rkey.rkey, &old64, &c64), c64);
+        IB_CPU_ATOMIC(
+            ep_atomic32_cswap(ep, static_cast<std::uint32_t>(equal ? a : a + 1),
+                              static_cast<std::uint32_t>(b), remote.addr(20), remote.rkey.rkey, &old32, &c32),
+            c32);
         EXPECT_EQ(a, old64);
         EXPECT_EQ(static_cast<std::uint32_t>(a), old32);
         EXPECT_EQ(equal ? b : a, *w64);
@@ -1218,7 +1219,9 @@ TEST_P(IbPairTest, CpuAtomicsAreAtomicWithTheCpusOwn) {
     });
     go = true;
     for (int i = 0; i < kEach; ++i) {
-        ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey); }));
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey);
+                  }));
     }
     CountingCompletion flushed;
     IB_CPU_ATOMIC(ep_flush(ep, 0, &flushed), flushed);
@@ -1234,15 +1237,20 @@ TEST_P(IbPairTest, CpuAtomicsFenceHoldsLaterRequests) {
     for (std::uint64_t round = 0; round < 20; ++round) {
         *word = 0;
         for (int i = 0; i < 4; ++i) {
-            ASSERT_EQ(Status::ok, retry([&] { return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey); }));
+            ASSERT_EQ(Status::ok, retry([&] {
+                          return ep_atomic64_post(ep, AtomicOp::add, 1, remote.addr(0), remote.rkey.rkey);
+                      }));
         }
         ASSERT_EQ(Status::ok, ep_fence(ep, 0));
         // The put may not be posted before the adds are applied: it waits (no_resource) until then.
         const std::uint64_t value = 1000 + round;
-        ASSERT_EQ(Status::ok, retry([&] { return ep_put_short(ep, &value, sizeof(value), remote.addr(0), remote.rkey.rkey); }));
+        ASSERT_EQ(Status::ok, retry([&] {
+                      return ep_put_short(ep, &value, sizeof(value), remote.addr(0), remote.rkey.rkey);
+                  }));
         CountingCompletion flushed;
         IB_CPU_ATOMIC(ep_flush(ep, 0, &flushed), flushed);
-        ASSERT_EQ(value, *word) << "round " << round << ": an add posted before the fence landed after the put";
+        ASSERT_EQ(value, *word) << "round " << round
+                                << ": an add posted before the fence landed after the put";
     }
 }
 
@@ -1267,8 +1275,8 @@ TEST_P(IbPairTest, CpuAtomicsRefuseForgedKeysAndBounds) {
         CountingCompletion c;
         Status s;
         // Registrations cover whole pages (as the NIC sees them): far past the buffer is outside.
-        while ((s = ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, remote.addr(0) + (64ull << 20), remote.rkey.rkey,
-                                      &c)) == Status::no_resource) {
+        while ((s = ep_atomic64_fetch(ep, AtomicOp::add, 1, &old, remote.addr(0) + (64ull << 20),
+                                      remote.rkey.rkey, &c)) == Status::no_resource) {
             progress();
         }
         ASSERT_EQ(Status::in_progress, s);

@@ -43,6 +43,14 @@ protected:
         }
     }
 
+    /** Calls @p op until it stops answering no_resource (a connection still being set up). */
+    template <typename Op>
+    Status until_posted(Op op) {
+        Status status;
+        while ((status = op()) == Status::no_resource) progress();
+        return status;
+    }
+
     /** Flushes the endpoint so every put is visible at the target. */
     void flush() {
         CountingCompletion comp;
@@ -274,13 +282,18 @@ TEST_P(UctRmaTest, Atomics64) {
         *word = c.initial;
         std::uint64_t result = 0;
         CountingCompletion comp;
-        finish(ep_atomic64_fetch(ep_, c.op, c.operand, &result, remote(256), rkey_.rkey, &comp), comp);
+        finish(until_posted([&] {
+                   return ep_atomic64_fetch(ep_, c.op, c.operand, &result, remote(256), rkey_.rkey, &comp);
+               }),
+               comp);
         EXPECT_EQ(c.initial, result);
         EXPECT_EQ(c.expected, *word);
         // posted form
         if (c.op != AtomicOp::swap) {
             *word = c.initial;
-            ASSERT_EQ(Status::ok, ep_atomic64_post(ep_, c.op, c.operand, remote(256), rkey_.rkey));
+            ASSERT_EQ(Status::ok, until_posted([&] {
+                          return ep_atomic64_post(ep_, c.op, c.operand, remote(256), rkey_.rkey);
+                      }));
             flush();
             EXPECT_EQ(c.expected, *word);
         }
@@ -289,11 +302,15 @@ TEST_P(UctRmaTest, Atomics64) {
         *word = 5;
         std::uint64_t result = 0;
         CountingCompletion miss;
-        finish(ep_atomic64_cswap(ep_, 4, 100, remote(256), rkey_.rkey, &result, &miss), miss);
+        finish(until_posted(
+                   [&] { return ep_atomic64_cswap(ep_, 4, 100, remote(256), rkey_.rkey, &result, &miss); }),
+               miss);
         EXPECT_EQ(5u, result);
         EXPECT_EQ(5u, *word);
         CountingCompletion hit;
-        finish(ep_atomic64_cswap(ep_, 5, 100, remote(256), rkey_.rkey, &result, &hit), hit);
+        finish(until_posted(
+                   [&] { return ep_atomic64_cswap(ep_, 5, 100, remote(256), rkey_.rkey, &result, &hit); }),
+               hit);
         EXPECT_EQ(5u, result);
         EXPECT_EQ(100u, *word);
     }
@@ -305,14 +322,21 @@ TEST_P(UctRmaTest, Atomics32) {
     *word = 10;
     std::uint32_t result = 0;
     CountingCompletion add;
-    finish(ep_atomic32_fetch(ep_, AtomicOp::add, 5, &result, remote(512), rkey_.rkey, &add), add);
+    finish(until_posted([&] {
+               return ep_atomic32_fetch(ep_, AtomicOp::add, 5, &result, remote(512), rkey_.rkey, &add);
+           }),
+           add);
     EXPECT_EQ(10u, result);
     EXPECT_EQ(15u, *word);
-    ASSERT_EQ(Status::ok, ep_atomic32_post(ep_, AtomicOp::xor_, 0xf, remote(512), rkey_.rkey));
+    ASSERT_EQ(Status::ok, until_posted([&] {
+                  return ep_atomic32_post(ep_, AtomicOp::xor_, 0xf, remote(512), rkey_.rkey);
+              }));
     flush();
     EXPECT_EQ(15u ^ 0xfu, *word);
     CountingCompletion cswap;
-    finish(ep_atomic32_cswap(ep_, 0, 7, remote(512), rkey_.rkey, &result, &cswap), cswap);
+    finish(
+        until_posted([&] { return ep_atomic32_cswap(ep_, 0, 7, remote(512), rkey_.rkey, &result, &cswap); }),
+        cswap);
     EXPECT_EQ(0u, result);
     EXPECT_EQ(7u, *word);
 }
