@@ -446,6 +446,9 @@ loom_status_t loom_listener_reject(loom_listener_h listener, loom_conn_request_h
 
 /** Starts a flush (and close) request; completes at once when nothing is outstanding. */
 static void* flush_nbx(Worker& w, Ep* ep, bool close, const loom_request_param_t* p) {
+    // Nothing in flight (put_nbi to mapped memory then flush, OpenSHMEM's put and quiet):
+    // done in the call, without a request, as in UCX.
+    if (Status s; !close && w.flush_idle(ep, s)) return completed_request(w, s, p);
     Request* req = new_request(w, p);
     if (req == nullptr) return status_ptr(Status::no_memory);
     w.flush_start(req, ep, close);

@@ -62,6 +62,13 @@ struct ProtoFamily {
      * transports' remote completion), with its error in @p status.
      */
     bool (*flush_done)(Worker& worker, Request& req, Status& status);
+    /**
+     * The fast path of a flush of @p ep (every endpoint when nullptr) that has nothing
+     * outstanding: true when the family's part is done in the call, with its result in
+     * @p status (nothing to wait for: no request needed); false when it must wait
+     * (flush_done then runs through a request). nullptr: nothing to do.
+     */
+    bool (*flush_idle)(Worker& worker, Ep* ep, Status& status);
 };
 
 /** Makes @p family known to every worker created from now on (LOOM_FAMILY_REGISTER). */

@@ -341,6 +341,25 @@ void Worker::flush_start(Request* req, Ep* ep, bool close) {
     (void)check_flushes();
 }
 
+bool Worker::flush_idle(Ep* ep, Status& status) {
+    status = Status::ok;
+    if (!flush_waiters.empty()) return false;  // an earlier flush waits: this one completes after it
+    if (ep != nullptr) {
+        if (!ep_flushed(ep)) return false;
+    } else {
+        for (const Ep& e : eps) {
+            if (!ep_flushed(&e)) return false;
+        }
+    }
+    for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
+        if ((*f)->flush_idle == nullptr) continue;
+        Status fs = Status::ok;
+        if (!(*f)->flush_idle(*this, ep, fs)) return false;
+        if (status == Status::ok) status = fs;
+    }
+    return true;
+}
+
 unsigned Worker::check_flushes() {
     unsigned done = 0;
     for (Request& req : flush_waiters.safe()) {

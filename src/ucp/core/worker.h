@@ -132,6 +132,13 @@ public:
      */
     void flush_start(Request* req, Ep* ep, bool close);
 
+    /**
+     * A flush of @p ep (nullptr: every endpoint) that needs no request: true when nothing is
+     * outstanding and every family's part is done in the call (ProtoFamily::flush_idle),
+     * with the result in @p status; false when the flush must wait (flush_start).
+     */
+    bool flush_idle(Ep* ep, Status& status);
+
     /** Closes @p ep now (after its flush): destroyed, or kept as the peer's reply endpoint. */
     void ep_close_now(Ep* ep, bool force);
 

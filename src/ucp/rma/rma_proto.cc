@@ -704,6 +704,42 @@ bool rma_flush_done(Worker& w, Request& req, Status& status) {
     return true;
 }
 
+/**
+ * The transport flush of @p ep's RMA lane, without a completion: ok when nothing is in flight,
+ * in_progress or no_resource when it must be waited for, or the error of a refused posted
+ * operation (which the transport reports once).
+ */
+Status lane_flush_now(const Ep& ep) {
+    if ((ep.flags & kEpFailed) || !(ep.rma_flags & kRmaUsed)) return Status::ok;
+    return uct::ep_flush(ep.lanes[rma_lane(&ep)].ep, uct::kFlushLocal, nullptr);
+}
+
+/**
+ * The idle flush: done when every RMA lane is idle, or at the first error, which the flush
+ * reports at once (a transport reports it only once: a later flush would not see it).
+ */
+bool rma_flush_idle(Worker& w, Ep* ep, Status& status) {
+    bool idle = true;
+    auto check = [&](const Ep& e) {
+        const Status s = lane_flush_now(e);
+        if (s == Status::in_progress || s == Status::no_resource) {
+            idle = false;
+            return true;
+        }
+        status = s;
+        return s == Status::ok;
+    };
+    status = Status::ok;
+    if (ep != nullptr) {
+        check(*ep);
+        return idle;
+    }
+    for (const Ep& e : w.eps) {
+        if (!check(e)) return true;  // an error: reported now
+    }
+    return idle;
+}
+
 Status rma_family_init(Worker& w) {
     auto* rw = new (std::nothrow) RmaWorker;
     if (rw == nullptr) return Status::no_memory;
@@ -725,7 +761,8 @@ void rma_family_destroy(Worker& w) {
 const ProtoFamily kRmaFamily{.name = "RMA", .slot = kRmaSlot,
                              .init = rma_family_init,
                              .destroy = rma_family_destroy,
-                             .flush_done = rma_flush_done};
+                             .flush_done = rma_flush_done,
+                             .flush_idle = rma_flush_idle};
 LOOM_FAMILY_REGISTER(kRmaFamily);
 
 }  // namespace

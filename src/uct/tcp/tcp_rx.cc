@@ -514,7 +514,9 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
         break;
     case ReqKind::flush_remote:
         *consumed = sizeof(FrameHeader);
-        if (status == Status::ok) {
+        // A flush nobody waits for (no completion: the protocol layer's idle check) leaves the
+        // error of a refused posted operation for the next flush to report.
+        if (status == Status::ok && req->comp != nullptr) {
             status = ep->cold->sticky;
             ep->cold->sticky = Status::ok;
         }
@@ -530,8 +532,11 @@ bool TcpIface::handle_reply(TcpEp* ep, const FrameHeader& fh, std::uint8_t* payl
 void TcpIface::complete_markers(TcpEp* ep) {
     while (!ep->outstanding.empty() && ep->outstanding.front().kind == ReqKind::flush_local) {
         ReqDesc* marker = ep->outstanding.pop_front();
-        Status status = ep->cold->sticky;
-        ep->cold->sticky = Status::ok;
+        Status status = Status::ok;
+        if (marker->comp != nullptr) {  // else the error stays for a flush that is waited for
+            status = ep->cold->sticky;
+            ep->cold->sticky = Status::ok;
+        }
         complete_req(ep, marker, status);
     }
 }
