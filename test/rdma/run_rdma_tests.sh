@@ -25,7 +25,7 @@ set -uo pipefail
 
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 vm_dir=${LOOM_RDMA_VM:-$(cd "$top/.." && pwd)/shared/rdma-vm}
-vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1200}   # seconds for one build's suite inside the VM (TCG is slow)
+vm_timeout=${LOOM_RDMA_VM_TIMEOUT:-1800}   # seconds for one build's suite inside the VM (TCG is slow; the regular build's takes ~1000)
 # The generic uct suites over every rc resource, the verbs-specific suites, the device facts.
 filter='Transports/*:Rc/*:Devices/*'
 
