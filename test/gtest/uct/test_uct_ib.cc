@@ -1101,7 +1101,9 @@ TEST_P(IbPairTest, LargeRdmaAcrossTheWire) {
 
 TEST_P(IbPairTest, AtomicsAcrossTheWire) {
     open();
-    if (!(sender_->attr().cap_flags & kCapAtomic64)) GTEST_SKIP() << "no atomics on this device (iWARP)";
+    if (!(sender_->attr().cap_flags & kCapAtomic64))
+        GTEST_SKIP()
+            << "no atomics on this iface (LOOM_IB_ATOMICS=device on a device without NIC atomics: siw)";
     Ep* ep = connect();
     RemoteBuffer remote(*receiver_, *sender_, 64);
     auto* word = reinterpret_cast<std::uint64_t*>(remote.data.data() + 8);
