@@ -72,6 +72,8 @@ packages=(
     # and as the baseline, and what the MPI tests and plots use.
     mpich libmpich-dev libucx-dev ucx-utils
     iproute2 util-linux python3-matplotlib
+    # the network fault tests make a simulated host go silent (test/faults)
+    nftables
 )
 
 install_packages() {

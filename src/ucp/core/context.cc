@@ -82,6 +82,21 @@ const RegisteredTable<ContextConfig> g_table{
               "LOOM_ERR_TIMED_OUT: a peer that never progresses, or whose LOOM_TLS or "
               "LOOM_NET_DEVICES leave those transports out. inf: wait for ever.",
               &ContextConfig::wireup_timeout, TimeParser().allow_inf()),
+        field("KEEPALIVE_INTERVAL", "2s",
+              "Keep-alive of endpoints created with error handling mode peer: a peer host that "
+              "vanished without a word (power loss, network cut) fails its endpoints with "
+              "LOOM_ERR_PEER_TIMEOUT within LOOM_KEEPALIVE_INTERVAL x LOOM_KEEPALIVE_COUNT, idle "
+              "or not, and their requests complete. The peer's transport answers, not its "
+              "progress, so a peer busy computing is not taken for a vanished one. tcp: TCP "
+              "keepalive probes and TCP_USER_TIMEOUT on every connection (whole seconds, at least "
+              "1s), unless LOOM_TCP_KEEPALIVE_* are set; rc: one empty RDMA write per interval on "
+              "an idle endpoint; shm: the peer's process is watched anyway "
+              "(LOOM_SHM_PEER_CHECK_INTERVAL). inf: off. See docs/reliability.md.",
+              &ContextConfig::keepalive_interval, TimeParser().allow_inf()),
+        field("KEEPALIVE_COUNT", "5",
+              "Keep-alive intervals without an answer after which an endpoint fails (see "
+              "LOOM_KEEPALIVE_INTERVAL).",
+              &ContextConfig::keepalive_count, IntParser<unsigned>().range(1, 1000)),
     }};
 
 bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::net; }

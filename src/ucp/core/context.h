@@ -47,6 +47,8 @@ struct ContextConfig {
     bool proto_info = false;             ///< LOOM_PROTO_INFO
     std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
     std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)
+    std::chrono::nanoseconds keepalive_interval{};  ///< LOOM_KEEPALIVE_INTERVAL (kTimeInf: off)
+    unsigned keepalive_count = 0;                   ///< LOOM_KEEPALIVE_COUNT
 };
 
 /** One transport on one device that this context may use. */

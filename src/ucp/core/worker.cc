@@ -111,6 +111,8 @@ Status Worker::init() {
     for (const ContextResource& rsc : context.resources()) {
         uct::IfaceParams iface_params;
         if (rsc.tl.tl_name == "rc") iface_params.config_overrides = rc_overrides(context.config());
+        if (rsc.tl.tl_name == "tcp")
+            iface_params.config_overrides = keepalive_tcp_overrides(context.config());
         auto iface = rsc.md->iface_open(rsc.tl, &uct_worker, iface_params);
         if (!iface) {
             LOOM_LOG_WARN("ucp: cannot open {} on {}: {}; going on without it", rsc.tl.tl_name, rsc.tl.dev_name,
@@ -149,6 +151,7 @@ Status Worker::init() {
     if (context.params().features & kFeatureWakeup) {
         if (Status s = init_wakeup(); s != Status::ok) return s;
     }
+    keepalive_init(*this);
     for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
         if ((*f)->init == nullptr) continue;
         if (Status s = (*f)->init(*this); s != Status::ok) {

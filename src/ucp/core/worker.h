@@ -106,6 +106,20 @@ class Worker;
  */
 unsigned wireup_check_deadlines(Worker& worker);
 
+/**
+ * A keep-alive round (keepalive.cc) when one is due: every transport endpoint that
+ * cannot notice a vanished peer on its own (kCapEpCheck) of every endpoint with error
+ * handling mode peer is checked; those unanswered for LOOM_KEEPALIVE_INTERVAL x
+ * (LOOM_KEEPALIVE_COUNT - 1) fail. Looks at the clock every 256th call. Returns endpoints failed.
+ */
+unsigned keepalive_progress(Worker& worker);
+
+/** Sets up the worker's keep-alive from the context's configuration, once its ifaces are open. */
+void keepalive_init(Worker& worker);
+
+/** The settings the tcp ifaces get from LOOM_KEEPALIVE_*, unless LOOM_TCP_KEEPALIVE_* are set. */
+ucs::config::Overrides keepalive_tcp_overrides(const ContextConfig& config);
+
 class Worker {
 public:
     /** Opens an iface on every resource of @p ctx and registers the protocol handlers. */
@@ -122,6 +136,7 @@ public:
         if (LOOM_UNLIKELY(!flush_waiters.empty())) n += check_flushes();
         if (LOOM_UNLIKELY(!listeners.empty())) n += cm_progress(n);
         if (LOOM_UNLIKELY(wireup_waiting != 0)) n += wireup_check_deadlines(*this);
+        if (LOOM_UNLIKELY(--keepalive_countdown == 0)) n += keepalive_progress(*this);
         if (LOOM_UNLIKELY(!deferred_callbacks.empty())) n += run_deferred_callbacks();
         return n;
     }
@@ -249,6 +264,11 @@ public:
     std::uint64_t next_wireup_id = 1;
     std::uint32_t wireup_waiting = 0;  ///< entries of wireup_state with a deadline
     std::uint32_t wireup_countdown = 1;  ///< progress calls until the deadlines are looked at again
+    /** Progress calls until keepalive_progress looks at the clock (far away when keep-alive is off). */
+    std::uint32_t keepalive_countdown = UINT32_MAX;
+    ucs::Ticks keepalive_period =
+        0;  ///< 0: keep-alive is off (no iface needs it, or LOOM_KEEPALIVE_INTERVAL=inf)
+    ucs::Ticks keepalive_next = 0;  ///< when the next round is due
     /**
      * Multi-fragment messages being assembled, shared by the families whose messages
      * come in fragments (tag and AM eager, rendezvous PUTs): message ids are unique per

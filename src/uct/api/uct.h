@@ -100,6 +100,15 @@ struct IfaceOps {
     void (*ep_pending_purge)(Ep* ep, PendingPurgeCallback cb, void* arg);
     Status (*ep_flush)(Ep* ep, unsigned flags, Completion* comp);
     Status (*ep_fence)(Ep* ep, unsigned flags);
+    /**
+     * Keep-alive (kCapEpCheck), called about once per keep-alive interval: starts a probe
+     * of the peer when none is outstanding (in_progress), and fails the endpoint with
+     * peer_timeout (reported to on_error as any failure, and returned) once the probe an
+     * earlier call started has gone unanswered for @p timeout_ns. The probe is answered by
+     * the peer's device, not its progress: a peer busy computing is not a vanished one.
+     * ok: nothing to watch (connecting, closing); the endpoint's error status once failed.
+     */
+    Status (*ep_check)(Ep* ep, std::uint64_t timeout_ns);
 
     unsigned (*iface_progress)(Iface* iface);
     Status (*iface_flush)(Iface* iface, unsigned flags, Completion* comp);

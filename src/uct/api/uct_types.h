@@ -147,6 +147,13 @@ enum IfaceCap : std::uint64_t {
      * target's, and every such transport's are atomic together.
      */
     kCapAtomicDevice = 1ull << 19,
+    /**
+     * A peer that vanished without a word (host down, network cut) is noticed on an idle
+     * endpoint only if someone asks: IfaceOps::ep_check probes it. Without the flag the
+     * transport notices on its own (shm: the peer's pidfd; tcp: TCP keepalive and
+     * TCP_USER_TIMEOUT; self: cannot happen).
+     */
+    kCapEpCheck = 1ull << 20,
 };
 
 /** Device types, for reporting and for the protocol layer's choices. */

@@ -45,6 +45,7 @@ IfaceOps complete_ops(IfaceOps ops) {
     fill_unsupported(ops.ep_pending_purge);
     fill_unsupported(ops.ep_flush);
     fill_unsupported(ops.ep_fence);
+    fill_unsupported(ops.ep_check);
     fill_unsupported(ops.iface_progress);
     fill_unsupported(ops.iface_flush);
     fill_unsupported(ops.iface_fence);

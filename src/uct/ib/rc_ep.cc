@@ -553,6 +553,11 @@ Status rc_ep_flush(Ep* tl_ep, unsigned flags, Completion* comp) {
     return ep->rc_iface()->ep_flush(ep, flags, comp);
 }
 
+Status rc_ep_check(Ep* tl_ep, std::uint64_t timeout_ns) {
+    RcEp* ep = rc_ep(tl_ep);
+    return ep->rc_iface()->ep_check(ep, timeout_ns);
+}
+
 Status rc_iface_flush(Iface* tl_iface, unsigned flags, Completion* comp) {
     return static_cast<RcIface*>(tl_iface)->iface_flush(flags, comp);
 }
@@ -576,6 +581,7 @@ const IfaceOps kRcOps = {
     .ep_pending_purge = rc_pending_purge,
     .ep_flush = rc_ep_flush,
     .ep_fence = rc_ep_fence,
+    .ep_check = rc_ep_check,
     .iface_progress = rc_progress,
     .iface_flush = rc_iface_flush,
     .iface_fence = rc_iface_fence,

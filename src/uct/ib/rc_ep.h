@@ -142,6 +142,9 @@ struct RcEpCold {
     std::chrono::steady_clock::time_point probe_at;  ///< iWARP initiator, unconfirmed: when to probe next
     std::uint64_t probe_sn = 0;                      ///< sn of the last probe posted (0: none yet)
     std::uint8_t probes = 0;                         ///< probes posted so far
+    /** Keep-alive (RcIface::ep_check): the sn whose answer proves the peer alive, 0 when none is awaited. */
+    std::uint64_t keepalive_sn = 0;
+    std::chrono::steady_clock::time_point keepalive_since;  ///< when keepalive_sn was awaited from
     std::string peer;                                ///< for log lines
     /**
      * sns of the reads and atomics that wait for their responses, oldest first (responses

@@ -375,7 +375,7 @@ RcIface::~RcIface() {
 Status RcIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutBcopy | kCapPutZcopy | kCapGetBcopy |
-                     kCapGetZcopy | kCapErrHandlingPeerFailure | kCapEventRecv;
+                     kCapGetZcopy | kCapErrHandlingPeerFailure | kCapEventRecv | kCapEpCheck;
     if (max_am_short > 0) attr.cap_flags |= kCapAmShort;
     if (max_inline > 0) attr.cap_flags |= kCapPutShort;
     attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr : kCapConnectToEp;

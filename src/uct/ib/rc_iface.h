@@ -141,6 +141,8 @@ public:
 
     /** ep_flush of @p ep: ok when idle, in_progress (with @p comp queued), no_resource, or the failure. */
     Status ep_flush(RcEp* ep, unsigned flags, Completion* comp);
+    /** IfaceOps::ep_check: a keep-alive probe of @p ep's peer (rc_rx.cc). */
+    Status ep_check(RcEp* ep, std::uint64_t timeout_ns);
 
     /** iface_flush: flushes every usable endpoint; @p comp completes when all have. */
     Status iface_flush(unsigned flags, Completion* comp);
@@ -293,6 +295,8 @@ private:
     static bool probe_wanted(const RcEp* ep);
     /** True once the response to @p ep's last probe has arrived (its read's own completion). */
     static bool probe_answered(const RcEp* ep);
+    /** True once request @p sn of @p ep, and every one before it, has its answer from the peer. */
+    static bool sn_answered(const RcEp* ep, std::uint64_t sn);
     Status flush_prepare(RcEp* ep, bool& needs_marker) const;
     void finish_flush_part(IfaceFlush* flush, Status status);
     void unlink_flush(IfaceFlush* flush);

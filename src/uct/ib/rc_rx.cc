@@ -664,14 +664,55 @@ Status RcIface::post_flush_marker(RcEp* ep) {
     return Status::ok;
 }
 
-bool RcIface::probe_answered(const RcEp* ep) {
-    const std::uint64_t sn = ep->cold->probe_sn;
+bool RcIface::sn_answered(const RcEp* ep, std::uint64_t sn) {
     if (sn == 0 || ep->acked_sn < sn) return false;
     // acked_sn alone is not proof: soft-iWARP completes a later send once TCP has it, which
-    // moves acked_sn past the probe before the read's response is back (complete_upto). The
-    // probe is answered when its sn has left the responses still due (kept in sn order).
+    // moves acked_sn past a read before the read's response is back (complete_upto). A read
+    // is answered when its sn has left the responses still due (kept in sn order).
     const auto& due = ep->cold->response_sns;
     return due.empty() || due.front() > sn;
+}
+
+bool RcIface::probe_answered(const RcEp* ep) {
+    return sn_answered(ep, ep->cold->probe_sn);
+}
+
+/*
+ * Keep-alive. A peer host that vanished (powered off, cable pulled, packets dropped) sends
+ * nothing, so an idle endpoint never learns of it: only a request of ours can time out. Each
+ * call awaits the answer to one request: the last one posted when a signaled request is in
+ * flight (its completion answers), otherwise a flush marker posted for the purpose (a
+ * zero-length write, a read of the flush word on iWARP), so an idle connection costs one
+ * empty packet per interval. The peer's device answers, not its progress. An answer awaited
+ * for longer than @p timeout_ns fails the endpoint with peer_timeout; the QP's own retries
+ * (LOOM_IB_TIMEOUT x LOOM_IB_RETRY_COUNT) would too, but that bound belongs to the data
+ * path and is not the keep-alive's. A full send queue skips a round: its requests are in
+ * flight and their retries watch the peer.
+ */
+Status RcIface::ep_check(RcEp* ep, std::uint64_t timeout_ns) {
+    if (ep->flags & kEpFailed) return ep->cold->status;
+    if ((ep->flags & kEpClosing) || !(ep->flags & kEpConnected)) return Status::ok;
+    RcEpCold& cold = *ep->cold;
+    const auto now = std::chrono::steady_clock::now();
+    if (cold.keepalive_sn != 0) {
+        if (!sn_answered(ep, cold.keepalive_sn)) {
+            const auto waited = now - cold.keepalive_since;
+            if (waited < std::chrono::nanoseconds(timeout_ns)) return Status::in_progress;
+            fail_ep(
+                ep, Status::peer_timeout,
+                fmt::format("no answer to a keep-alive probe for {} ms: the peer host or the network is gone",
+                            std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()));
+            return Status::peer_timeout;
+        }
+        cold.keepalive_sn = 0;
+    }
+    if (ep->tx_sn == ep->acked_sn || ep->unsignaled != 0) {
+        if (ep->sq_avail <= 0 || cq_avail <= 0) return Status::ok;
+        if (post_flush_marker(ep) != Status::ok) return ep->cold->status;  // logged; the endpoint failed
+    }
+    cold.keepalive_sn = ep->tx_sn;
+    cold.keepalive_since = now;
+    return Status::in_progress;
 }
 
 bool RcIface::probe_wanted(const RcEp* ep) {

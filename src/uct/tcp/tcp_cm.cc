@@ -131,10 +131,15 @@ Status TcpIface::set_socket_options(int fd, const char* what) {
         };
         int idle = secs(config_.keepalive_idle), intvl = secs(config_.keepalive_interval);
         int cnt = static_cast<int>(config_.keepalive_count);
+        // The same bound for a connection with data in flight: without it, unacknowledged
+        // data is retransmitted for about 15 minutes (tcp_retries2) before the socket fails,
+        // and keepalive probes only start on an idle connection.
+        unsigned user_timeout_ms = static_cast<unsigned>((idle + intvl * cnt) * 1000);
         if (::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) != 0 ||
             ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) != 0 ||
-            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0) {
+            ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) != 0 ||
+            ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms)) != 0) {
             LOOM_LOG_WARN("tcp/{}: keepalive on {} socket: {}", device_.name, what, std::strerror(errno));
         }
     }

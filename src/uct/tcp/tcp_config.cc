@@ -33,31 +33,32 @@ const RegisteredTable<TcpConfig>& make_table() {
         "Sockets over any IPv4 network interface that is up (including the loopback device lo). "
         "put, get and atomics are executed by the target's progress.",
         {
-            field("PORT_RANGE", "0",
-                  "Ports an iface may listen on: 0 for any port the system picks, or min-max (the first "
-                  "free port of the range is used).",
-                  &TcpConfig::port_range,
-                  StringParser("port range", "0, or min-max with 1 <= min <= max <= 65535", valid_port_range)),
+            field(
+                "PORT_RANGE", "0",
+                "Ports an iface may listen on: 0 for any port the system picks, or min-max (the first "
+                "free port of the range is used).",
+                &TcpConfig::port_range,
+                StringParser("port range", "0, or min-max with 1 <= min <= max <= 65535", valid_port_range)),
             field("SNDBUF", "auto",
                   "Socket send buffer size; auto keeps the kernel's automatic tuning, which is usually best.",
                   &TcpConfig::sndbuf, SizeParser().allow_auto()),
-            field("RCVBUF", "auto",
-                  "Socket receive buffer size; auto keeps the kernel's automatic tuning.", &TcpConfig::rcvbuf,
-                  SizeParser().allow_auto()),
+            field("RCVBUF", "auto", "Socket receive buffer size; auto keeps the kernel's automatic tuning.",
+                  &TcpConfig::rcvbuf, SizeParser().allow_auto()),
             field("NODELAY", "yes", "Disable Nagle's algorithm (TCP_NODELAY): small messages leave at once.",
                   &TcpConfig::nodelay, BoolParser()),
-            field("CONGESTION", "auto",
-                  "TCP congestion control of the connections (TCP_CONGESTION). auto: on the loopback device a "
-                  "connection that writes bulk data (frames of 128 KiB or more) uses reno, whose unpaced "
-                  "segments cost less CPU per byte there than a pacing default such as bbr, and returns to "
-                  "the system default after 1024 smaller frames in a row (bbr's pacing merges a stream of "
-                  "small messages into fewer segments); other devices keep the system default. system: "
-                  "always the system default. Any other value names the algorithm of every connection, one "
-                  "the kernel offers (net.ipv4.tcp_available_congestion_control; one outside "
-                  "net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN).",
-                  &TcpConfig::congestion,
-                  StringParser("congestion control", "auto, system, or an algorithm name such as reno or cubic",
-                               valid_congestion)),
+            field(
+                "CONGESTION", "auto",
+                "TCP congestion control of the connections (TCP_CONGESTION). auto: on the loopback device a "
+                "connection that writes bulk data (frames of 128 KiB or more) uses reno, whose unpaced "
+                "segments cost less CPU per byte there than a pacing default such as bbr, and returns to "
+                "the system default after 1024 smaller frames in a row (bbr's pacing merges a stream of "
+                "small messages into fewer segments); other devices keep the system default. system: "
+                "always the system default. Any other value names the algorithm of every connection, one "
+                "the kernel offers (net.ipv4.tcp_available_congestion_control; one outside "
+                "net.ipv4.tcp_allowed_congestion_control needs CAP_NET_ADMIN).",
+                &TcpConfig::congestion,
+                StringParser("congestion control", "auto, system, or an algorithm name such as reno or cubic",
+                             valid_congestion)),
             field("SEG_SIZE", "64k",
                   "Largest payload of a short or bcopy operation (am_short, am_bcopy, put_short, put_bcopy, "
                   "get_bcopy): such a frame passes through the connection's receive buffer, which holds one "
@@ -83,10 +84,14 @@ const RegisteredTable<TcpConfig>& make_table() {
                   "vanished without closing its connections (power loss, network partition) fails its "
                   "endpoints instead of leaving operations waiting forever; inf disables the probes.",
                   &TcpConfig::keepalive_idle, TimeParser().allow_inf()),
-            field("KEEPALIVE_INTERVAL", "2s", "Time between keepalive probes.", &TcpConfig::keepalive_interval,
-                  TimeParser()),
+            field("KEEPALIVE_INTERVAL", "2s", "Time between keepalive probes.",
+                  &TcpConfig::keepalive_interval, TimeParser()),
             field("KEEPALIVE_COUNT", "5",
-                  "Unanswered keepalive probes after which the connection fails with peer_timeout.",
+                  "Unanswered keepalive probes after which the connection fails with peer_timeout. "
+                  "A connection whose sent data stays unacknowledged for as long (KEEPALIVE_IDLE + "
+                  "KEEPALIVE_INTERVAL x KEEPALIVE_COUNT, TCP_USER_TIMEOUT) fails the same way. The "
+                  "protocol layer sets the three from LOOM_KEEPALIVE_INTERVAL and LOOM_KEEPALIVE_COUNT "
+                  "unless they are set themselves.",
                   &TcpConfig::keepalive_count, IntParser<unsigned>().range(1, 127)),
         });
     return *table;

@@ -23,6 +23,7 @@
 #include <malloc.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1516,6 +1517,90 @@ TEST_P(IbPairTest, DeadPeerFailsTheEndpoint) {
     for (int i = 0; i < posted; ++i) EXPECT_NE(Status::ok, comps[static_cast<std::size_t>(i)].status) << i;
     EXPECT_EQ(1, capture.count("failed")) << capture.text();
     EXPECT_EQ(errors.status, ep_am_short(ep, kAmId, 0, nullptr, 0));
+}
+
+/**
+ * While alive, every packet arriving at the network device of RDMA device @p ibdev is
+ * dropped (nft, netdev ingress hook): the host behind it goes silent, as with a pulled
+ * cable. Needs root and nft (the test VM has both); why_not() says what is missing.
+ */
+class SilentDevice {
+public:
+    explicit SilentDevice(const std::string& ibdev) {
+        std::ifstream f("/sys/class/infiniband/" + ibdev + "/ports/1/gid_attrs/ndevs/0");
+        std::string netdev;
+        std::getline(f, netdev);
+        if (netdev.empty()) {
+            why_not_ = "no network device under /sys/class/infiniband/" + ibdev;
+        } else if (::geteuid() != 0 || std::system("command -v nft >/dev/null 2>&1") != 0) {
+            why_not_ = "dropping packets needs root and nft (nftables)";
+        } else {
+            const std::string cmd =
+                "nft add table netdev loom_silent && nft 'add chain netdev loom_silent in { type "
+                "filter hook ingress device " +
+                netdev + " priority 0; policy drop; }'";
+            if (std::system(cmd.c_str()) == 0) {
+                active_ = true;
+            } else {
+                why_not_ = "failed: " + cmd;
+            }
+        }
+    }
+    ~SilentDevice() {
+        if (active_) (void)std::system("nft delete table netdev loom_silent");
+    }
+    SilentDevice(const SilentDevice&) = delete;
+    SilentDevice& operator=(const SilentDevice&) = delete;
+    const std::string& why_not() const { return why_not_; }
+
+private:
+    bool active_ = false;
+    std::string why_not_;
+};
+
+TEST_P(IbPairTest, KeepaliveFailsAnIdleEndpointWhosePeerVanished) {
+    // A peer host that vanishes says nothing: without a probe an idle endpoint waits for ever
+    // (the QP retries only what it sends). ep_check's probe notices within its timeout.
+    open();
+    ErrorLog errors;
+    Ep* back = nullptr;
+    Ep* ep = connect(errors.params(), &back);
+    IfaceAttr attr;
+    ASSERT_EQ(Status::ok, sender_->iface().query(attr));
+    ASSERT_TRUE(attr.cap_flags & kCapEpCheck);
+    loom::test::LogCapture capture(std::getenv("DBG") ? "debug" : "warn");
+    constexpr std::uint64_t kTimeoutNs = 300'000'000;
+    auto check = [&] { return ep->iface->ops.ep_check(ep, kTimeoutNs); };
+    // Alive but never progressing (busy computing): its device answers every probe.
+    for (int round = 0; round < 5; ++round) {
+        Status s = check();
+        ASSERT_TRUE(s == Status::in_progress || s == Status::ok) << to_string(s);
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        while (std::chrono::steady_clock::now() < until) sender_->worker().progress();
+    }
+    ASSERT_EQ(0, errors.calls) << "a live peer was given up: " << to_string(errors.status);
+    std::optional<SilentDevice> silent;
+    if (back != nullptr) {
+        receiver_->iface().ep_destroy(back);  // the peer's QP goes away without a word
+        receiver_->forget(back);
+    } else {
+        // rdma_cm (iWARP, or RoCE with IB_CM=rdmacm): closing would disconnect; cut the wire instead.
+        silent.emplace(GetParam().b.md_name);
+        if (!silent->why_not().empty()) GTEST_SKIP() << "cannot silence the peer: " << silent->why_not();
+    }
+    Status last = Status::ok;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) {
+        last = check();
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+        while (std::chrono::steady_clock::now() < until) sender_->worker().progress();
+    }
+    ASSERT_EQ(1, errors.calls) << "the endpoint never failed; log:\n" << capture.text();
+    EXPECT_EQ(Status::peer_timeout, errors.status) << to_string(errors.status);
+    EXPECT_EQ(Status::peer_timeout, last);
+    EXPECT_EQ(1, capture.count("keep-alive")) << capture.text();
+    EXPECT_EQ(Status::peer_timeout, check()) << "a failed endpoint answers with its error";
+    EXPECT_EQ(Status::peer_timeout, ep_am_short(ep, kAmId, 0, nullptr, 0));
 }
 
 TEST_P(IbPairTest, EndpointDestroyedWithWorkInFlight) {

@@ -1,0 +1,170 @@
+#!/bin/bash
+# Network faults between two simulated hosts (test/mpi/netns/hosts.sh: namespaces joined by
+# a veth pair), over tcp, with fault_peer (its comment says what each mode checks):
+#   - the link goes down for 2 s and up again while messages of every size flow to host B
+#     and to a server on host A itself: every message comes back intact and in order, no
+#     endpoint fails (the keep-alive bound, LOOM_KEEPALIVE_INTERVAL x COUNT = 10 s by
+#     default, is longer than the outage), and the endpoint on host A never notices;
+#   - host B vanishes silently (nft drops every packet on its veth end: no RST, no FIN)
+#     while the endpoint is idle: keep-alive fails it with LOOM_ERR_PEER_TIMEOUT within
+#     its bound (here 1 s x 3);
+#   - the same with sends and receives of every size in flight: each completes with an
+#     error, the error callback runs once, nothing hangs.
+# Usage: run_net_faults.sh [FAULT_PEER]  (default: ./test/faults/fault_peer of the build tree)
+set -u
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+. "$top/test/mpi/netns/hosts.sh"
+prog=$(readlink -f "${1:-./test/faults/fault_peer}")
+
+if ! why=$(xh_preflight); then
+    echo "1..0 # SKIP two simulated hosts: $why"
+    exit 0
+fi
+if ! command -v nft >/dev/null; then
+    # quickstart.sh installs nftables: its absence is a broken set-up, not a reason to pass.
+    echo "not ok 1 - nft (nftables) is missing: the silent-host tests cannot drop packets"
+    echo "1..1"
+    exit 1
+fi
+if [[ ! -x $prog ]]; then
+    echo "not ok 1 - $prog is not built"
+    echo "1..1"
+    exit 1
+fi
+
+tmp=$(mktemp -d /tmp/loom-faults.XXXXXX)
+pids=()
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM HUP
+    ((${#pids[@]})) && kill -KILL "${pids[@]}" 2>/dev/null
+    wait 2>/dev/null  # (no "Killed" job notices for the servers left running)
+    xh_down
+    [[ ${XH_KEEP:-0} == 1 ]] && echo "# kept $tmp" >&2 || rm -rf "$tmp"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "# interrupted: cleaning up" >&2; exit 130' INT TERM HUP
+mkdir -p "$tmp/state"
+if ! xh_up "$tmp/state"; then
+    echo "not ok 1 - make the two simulated hosts (see the messages above)"
+    echo "1..1"
+    exit 1
+fi
+echo "# hosts $XH_HOST_A ($XH_IP_A) and $XH_HOST_B ($XH_IP_B); logs in $tmp"
+
+n=0
+failed=0
+export LOOM_TLS=tcp
+
+# start HOST NAME ARGS...: runs fault_peer in HOST in the background, output in $tmp/NAME.log.
+start() {
+    local host=$1 name=$2
+    shift 2
+    (
+        xh__close_fds
+        xh_in "$host" timeout -k 5 120 "$prog" "$@"
+    ) >"$tmp/$name.log" 2>&1 </dev/null &
+    pids+=($!)
+    last_pid=$!
+}
+
+# wait_for FILE REGEX SECONDS: until FILE has a line matching REGEX (0), or the time passes (1).
+wait_for() {
+    local end=$((SECONDS + $3))
+    until grep -qE "$2" "$1" 2>/dev/null; do
+        ((SECONDS > end)) && return 1
+        sleep 0.05
+    done
+}
+
+# server HOST NAME: starts a server; sets port.
+server() {
+    rm -f "$tmp/$2.port"
+    start "$1" "$2" -l 0 -p "$tmp/$2.port"
+    if ! wait_for "$tmp/$2.port" '^[0-9]+$' 30; then
+        echo "# $2 did not start:" && sed 's/^/#   /' "$tmp/$2.log"
+        port=0
+        return 1
+    fi
+    port=$(cat "$tmp/$2.port")
+}
+
+# result NAME OK: prints the TAP line, with the logs of the case on failure.
+result() {
+    n=$((n + 1))
+    if [[ $2 == 1 ]]; then
+        echo "ok $n - $1"
+    else
+        echo "not ok $n - $1"
+        failed=$((failed + 1))
+        for f in "$tmp"/case$n.*.log; do
+            [[ -e $f ]] || continue
+            echo "#   ${f##*/}:"
+            tail -15 "$f" | sed 's/^/#   | /'
+        done
+    fi
+}
+
+# finish PID: waits for a client and returns its exit status.
+finish() { wait "$1"; }
+
+drop_b() {  # host B goes silent: nothing in or out of its veth end
+    xh_in B nft -f - <<NFT
+table inet loomfault {
+    chain in { type filter hook input priority 0; policy accept; iifname "$XH_IF_B" drop; }
+    chain out { type filter hook output priority 0; policy accept; oifname "$XH_IF_B" drop; }
+}
+NFT
+}
+undrop_b() { xh_in B nft delete table inet loomfault 2>/dev/null; }
+
+# --- 1. link down for 2 s, then up -------------------------------------------------------------
+c=$((n + 1))
+ok=0
+if server B "case$c.serverB" && portb=$port && server A "case$c.serverA" && porta=$port; then
+    start A "case$c.client" -c "$XH_IP_B" -P "$portb" -L "127.0.0.1:$porta" -m flow -f "$tmp/go$c" -n 28 -t 60
+    client=$last_pid
+    if wait_for "$tmp/case$c.client.log" '^READY' 30; then
+        xh_in A ip link set "$XH_IF_A" down
+        sleep 2  # the fault itself: the link stays down this long
+        xh_in A ip link set "$XH_IF_A" up
+        touch "$tmp/go$c"
+    fi
+    finish "$client" && grep -q 'in order and intact' "$tmp/case$c.serverB.log" &&
+        grep -q 'in order and intact' "$tmp/case$c.serverA.log" && ok=1
+fi
+result "tcp: link down for 2 s and up: every message of every size intact and in order, no endpoint failed, the other host's endpoint undisturbed" $ok
+sed -n 's/^client: /# /p' "$tmp/case$c.client.log"
+
+export LOOM_KEEPALIVE_INTERVAL=1s LOOM_KEEPALIVE_COUNT=3
+bound=3
+
+# --- 2. silent host, idle endpoint ---------------------------------------------------------------
+for mode in idle busy; do
+    c=$((n + 1))
+    ok=0
+    if server B "case$c.serverB"; then
+        start A "case$c.client" -c "$XH_IP_B" -P "$port" -m $mode -f "$tmp/go$c" -t $((bound * 10))
+        client=$last_pid
+        if wait_for "$tmp/case$c.client.log" '^READY' 30; then
+            drop_b
+            touch "$tmp/go$c"
+        fi
+        if finish "$client"; then
+            secs=$(sed -n 's/^FAILED .* after \([0-9.]*\) s$/\1/p' "$tmp/case$c.client.log")
+            echo "# $mode: $(grep '^FAILED' "$tmp/case$c.client.log")"
+            # The bound, with room for the kernel's timer granularity (whole seconds).
+            [[ -n $secs ]] && awk -v s="$secs" -v b="$bound" 'BEGIN { exit !(s <= b + 2) }' && ok=1
+        fi
+        undrop_b
+    fi
+    if [[ $mode == idle ]]; then
+        result "tcp: a host that vanishes silently fails the idle endpoint with a peer timeout within LOOM_KEEPALIVE_INTERVAL x COUNT" $ok
+    else
+        result "tcp: a host that vanishes silently with traffic in flight: every request completes with an error, the error callback runs once" $ok
+    fi
+done
+
+echo "1..$n"
+((failed == 0))
