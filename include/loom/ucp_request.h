@@ -110,7 +110,16 @@ loom_status_t loom_request_check_status(void* request);
  */
 void loom_request_free(void* request);
 
-/** Cancels a tagged receive that has not matched; it completes with LOOM_ERR_CANCELED. */
+/**
+ * Cancels a request, with MPI's rules: it completes with LOOM_ERR_CANCELED if it had not
+ * matched, normally otherwise. A tagged receive that has not matched is cancelled in the
+ * call. A tagged send that waits for its receiver (a rendezvous-sized or synchronous send)
+ * is withdrawn from the receiver's unexpected queue if no receive has taken it yet: the
+ * receiver answers, and the send completes from progress, with LOOM_ERR_CANCELED (the
+ * receiver never sees the message) or, when it was already matched, normally. A send
+ * that completed, an eager send (complete once handed over), active messages, streams
+ * and RMA are not cancelled.
+ */
 void loom_request_cancel(loom_worker_h worker, void* request);
 
 #ifdef __cplusplus

@@ -320,8 +320,13 @@ void loom_request_free(void* request) {
 void loom_request_cancel(loom_worker_h worker, void* request) {
     Request* req = request_of(request);
     WorkerGuard guard(*W(worker));
+    if (req->flags & kReqCompleted) return;
+    if (!(req->flags & kReqRecv)) {
+        if (req->kind == kReqKindTagSend) tag_send_cancel(req);
+        return;
+    }
     // A receive whose completion waits for progress (NO_IMM_CMPL) is done: nothing to cancel.
-    if (!(req->flags & kReqRecv) || (req->flags & kReqCompleted) || req->ep_link.linked()) return;
+    if (req->ep_link.linked()) return;
     if (tag_of(*W(worker)).tm.cancel(recv_entry(req))) {
         req->recv.dt.finish();
         W(worker)->complete(req, Status::canceled);

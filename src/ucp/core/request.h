@@ -56,6 +56,12 @@ enum ReqFlags : std::uint16_t {
     kReqRmaFlush = 1u << 13,   ///< a flush whose transport-level RMA flush started (rma fields valid)
 };
 
+/** Request::kind: what loom_request_cancel can do with a request that is not a receive. */
+enum RequestKind : std::uint8_t {
+    kReqKindOther = 0,
+    kReqKindTagSend = 1,  ///< a tagged send (tag_send_start): a cancel asks the receiver to withdraw it
+};
+
 /** What the protocol does with the request next. */
 using ProtoProgress = Status (*)(struct Request* req);
 /** Frees what a request's protocol holds (kReqRelease), as it completes. */

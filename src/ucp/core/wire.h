@@ -14,23 +14,25 @@ namespace loom::ucp {
 
 /** Active-message ids the protocol layer registers on every iface of a worker. */
 enum AmIds : uct::AmId {
-    kAmWireup = 1,        ///< WireupHdr + the sender's worker address
-    kAmEagerOnly = 2,     ///< tag (8 bytes) + the whole payload
-    kAmEagerFirst = 3,    ///< EagerFirstHdr + the first fragment
-    kAmEagerMiddle = 4,   ///< EagerMiddleHdr + a later fragment
-    kAmEagerSyncOnly = 5, ///< EagerSyncHdr + the whole payload; the receiver acknowledges the match
-    kAmSyncAck = 6,       ///< AckHdr: a synchronous send matched
-    kAmRndvRts = 7,       ///< RtsHdr + the sender's packed remote key
-    kAmRndvAts = 8,       ///< AckHdr: the receiver has the rendezvous data
-    kAmRndvRtr = 9,       ///< AckHdr: the receiver is ready for AM-pipeline data, sent as
-                          ///< kAmEagerMiddle fragments of the RTS's msg_id
-    kAmRndvPutRtr = 10,   ///< RndvRtrHdr + the receiver's packed remote key: PUT [offset, length) there
-    kAmRndvFin = 11,      ///< RndvFinHdr: the sender's PUTs of a rendezvous are in place
+    kAmWireup = 1,         ///< WireupHdr + the sender's worker address
+    kAmEagerOnly = 2,      ///< tag (8 bytes) + the whole payload
+    kAmEagerFirst = 3,     ///< EagerFirstHdr + the first fragment
+    kAmEagerMiddle = 4,    ///< EagerMiddleHdr + a later fragment
+    kAmEagerSyncOnly = 5,  ///< EagerSyncHdr + the whole payload; the receiver acknowledges the match
+    kAmSyncAck = 6,        ///< AckHdr: a synchronous send matched
+    kAmRndvRts = 7,        ///< RtsHdr + the sender's packed remote key
+    kAmRndvAts = 8,        ///< AckHdr: the receiver has the rendezvous data
+    kAmRndvRtr = 9,        ///< AckHdr: the receiver is ready for AM-pipeline data, sent as
+                           ///< kAmEagerMiddle fragments of the RTS's msg_id
+    kAmRndvPutRtr = 10,    ///< RndvRtrHdr + the receiver's packed remote key: PUT [offset, length) there
+    kAmRndvFin = 11,       ///< RndvFinHdr: the sender's PUTs of a rendezvous are in place
+    kAmTagCancel = 12,     ///< CancelHdr: the sender withdraws an unmatched send (rendezvous or sync)
+    kAmTagCancelAck = 13,  ///< AckHdr: ok (withdrawn: the send completes canceled) or no_element (too late)
     // Active messages and streams (src/ucp/am, src/ucp/stream): ids 20..29.
-    kAmUserOnly = 20,     ///< AmHdr [+ sender uuid when kAmWireReply] + user header + data
-    kAmUserFirst = 21,    ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
-    kAmUserRts = 22,      ///< AmRtsHdr + packed key + user header; answered with kAmRndvAts or kAmRndvRtr
-    kAmStreamData = 25,   ///< sender uuid (8 bytes) + stream bytes
+    kAmUserOnly = 20,    ///< AmHdr [+ sender uuid when kAmWireReply] + user header + data
+    kAmUserFirst = 21,   ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
+    kAmUserRts = 22,     ///< AmRtsHdr + packed key + user header; answered with kAmRndvAts or kAmRndvRtr
+    kAmStreamData = 25,  ///< sender uuid (8 bytes) + stream bytes
 };
 
 /** First fragment of a multi-fragment eager message (sync sends set sreq_id). */
@@ -61,6 +63,17 @@ struct AckHdr {
     std::uint64_t sreq_id;
     std::int32_t status;
     std::uint32_t reserved;
+};
+
+/**
+ * Withdraws send sreq_id of worker sender_uuid, tagged `tag`, if no receive has taken it:
+ * the receiver drops the unexpected RTS or synchronous eager message and answers with
+ * kAmTagCancelAck either way.
+ */
+struct CancelHdr {
+    std::uint64_t tag;
+    std::uint64_t sender_uuid;
+    std::uint64_t sreq_id;
 };
 
 /** Ready-to-send: a rendezvous message waits at the sender. */

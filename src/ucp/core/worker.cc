@@ -520,6 +520,7 @@ Request* Worker::alloc_request() {
     auto* req = static_cast<Request*>(mem);
     req->flags = 0;
     req->status = Status::in_progress;
+    req->kind = kReqKindOther;
     req->id = 0;
     req->worker = this;
     req->user_data = nullptr;
@@ -532,6 +533,7 @@ Request* Worker::init_caller_request(void* handle) {
     Request* req = request_of(handle);
     req->flags = kReqCallerMem;
     req->status = Status::in_progress;
+    req->kind = kReqKindOther;
     req->id = 0;
     req->worker = this;
     req->user_data = nullptr;

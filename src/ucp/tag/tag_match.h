@@ -171,6 +171,19 @@ public:
         return msg;
     }
 
+    /**
+     * The oldest unexpected message tagged exactly @p tag for which @p pred(TagUnexpEntry&)
+     * is true, left in the queue; nullptr when none is. O(messages with @p tag's bucket).
+     */
+    template <typename Pred>
+    TagUnexpEntry* find_unexpected(Tag tag, Pred&& pred) noexcept {
+        if (unexp_hash_.empty()) return nullptr;
+        for (TagUnexpEntry* msg = unexp_hash_.find(tag); msg != nullptr; msg = unexp_hash_.find_next(*msg)) {
+            if (pred(*msg)) return msg;
+        }
+        return nullptr;
+    }
+
     /** Removes @p msg, which must be in the unexpected queue, from it; O(1). */
     LOOM_ALWAYS_INLINE void remove_unexpected(TagUnexpEntry& msg) noexcept {
         unexp_hash_.remove(msg);

@@ -62,6 +62,15 @@ void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
 Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync);
 
 /**
+ * loom_request_cancel of a tagged send @p req: asks the receiver to withdraw it when it
+ * waits for the peer (a rendezvous before the receiver's answer, a synchronous send
+ * before its acknowledgement). The send completes with canceled if the receiver had not
+ * matched it, normally otherwise; nothing happens to a send that completed or that
+ * waits for nobody.
+ */
+void tag_send_cancel(Request* req);
+
+/**
  * Starts a receive of @p req (recv.dt set): takes @p desc, a matching unexpected
  * message already out of the queue, or queues the receive for (@p tag, @p mask).
  */

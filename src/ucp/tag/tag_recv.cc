@@ -284,8 +284,61 @@ Status rts_handler(void* arg, void* data, std::size_t length, unsigned) {
     desc->kind = UnexpDesc::rts;
     desc->length = rts.length;
     desc->sender_uuid = rts.sender_uuid;
+    desc->sreq_id = rts.sreq_id;  // names it to a cancel
     std::memcpy(desc->data(), data, length);
     tag_of(w).tm.push_unexpected(desc->entry, rts.tag);
+    return Status::ok;
+}
+
+/**
+ * The sender withdraws send sreq_id (CancelHdr). Only what waits in the unexpected queue
+ * can go: an RTS, or a synchronous eager message with every fragment in (the cancel
+ * travels behind them on the same lane, so that is always the case). Anything else
+ * (already matched, unknown) is too late. The answer goes back either way.
+ */
+Status cancel_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(CancelHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a send cancel of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    CancelHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    TagMatcher& tm = tag_of(w).tm;
+    TagUnexpEntry* entry = tm.find_unexpected(hdr.tag, [&](TagUnexpEntry& m) {
+        const UnexpDesc* d = desc_of(&m);
+        return d->sender_uuid == hdr.sender_uuid && d->sreq_id == hdr.sreq_id &&
+               (d->kind == UnexpDesc::rts || (d->sync && d->complete));
+    });
+    Status answer = Status::no_element;
+    if (entry != nullptr) {
+        tm.remove_unexpected(*entry);
+        free_desc(w, desc_of(entry));
+        answer = Status::ok;
+    }
+    LOOM_LOG_DEBUG("ucp: send {:#x} of worker {:016x}: {}", hdr.sreq_id, hdr.sender_uuid,
+                   answer == Status::ok ? "withdrawn" : "not withdrawn (matched or unknown)");
+    send_ack(w, hdr.sender_uuid, kAmTagCancelAck, hdr.sreq_id, answer);
+    return Status::ok;
+}
+
+/** The receiver's answer to our cancel: ok completes the send with canceled. */
+Status cancel_ack_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(AckHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a cancel answer of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    AckHdr ack;
+    std::memcpy(&ack, data, sizeof(ack));
+    if (static_cast<Status>(ack.status) != Status::ok) return Status::ok;  // too late: it completes normally
+    Request* req = w.req_table.find(ack.sreq_id);
+    if (req == nullptr || req->kind != kReqKindTagSend || (req->flags & kReqRecv)) {
+        LOOM_LOG_WARN("ucp: dropped a cancel answer for unknown send {:#x}", ack.sreq_id);
+        return Status::ok;
+    }
+    req->send.dt.finish();
+    w.complete(req, Status::canceled);
     return Status::ok;
 }
 
@@ -298,9 +351,14 @@ Status tag_register_handlers(Worker& w) {
         uct::AmId id;
         uct::AmCallback cb;
     } const handlers[] = {
-        {kAmEagerOnly, eager_only_handler<false>}, {kAmEagerSyncOnly, eager_only_handler<true>},
-        {kAmEagerFirst, eager_first_handler},      {kAmEagerMiddle, eager_middle_handler},
-        {kAmSyncAck, sync_ack_handler},            {kAmRndvRts, rts_handler},
+        {kAmEagerOnly, eager_only_handler<false>},
+        {kAmEagerSyncOnly, eager_only_handler<true>},
+        {kAmEagerFirst, eager_first_handler},
+        {kAmEagerMiddle, eager_middle_handler},
+        {kAmSyncAck, sync_ack_handler},
+        {kAmRndvRts, rts_handler},
+        {kAmTagCancel, cancel_handler},
+        {kAmTagCancelAck, cancel_ack_handler},
     };
     for (WorkerIface& wi : w.ifaces) {
         for (const auto& h : handlers) {

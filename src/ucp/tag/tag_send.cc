@@ -192,6 +192,7 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     req->memh = uct::kMemHNull;
     req->send.msg_id = w.next_msg_id++;
     req->send.rndv_wait = 0;
+    req->kind = kReqKindTagSend;
     if (sync) req->flags |= kReqSync;
     const ProtoRange* range =
         ep->protos->select(sync ? ProtoOp::tag_sync : ProtoOp::tag, req->send.dt.contig(), req->send.dt.length);
@@ -211,6 +212,18 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     req->flags |= kReqInEpList;
     ep->outstanding.push_back(*req);
     return send_request_start(req);
+}
+
+void tag_send_cancel(Request* req) {
+    Worker& w = *req->worker;
+    // Only a send that waits for its peer has an id, which names it to the receiver; the
+    // answer (kAmTagCancelAck, tag_recv.cc) completes it with canceled, or nothing happens.
+    if (req->id == 0 || (req->flags & kReqCompleted) || req->ep == nullptr || (req->ep->flags & kEpFailed))
+        return;
+    CancelHdr hdr{req->send.tag, w.uuid, w.req_table.wire_id(req)};
+    if (Status s = w.send_ctrl(req->ep, kAmTagCancel, &hdr, sizeof(hdr)); s != Status::ok) {
+        LOOM_LOG_DEBUG("ucp: cannot ask to cancel send {:#x}: {}", hdr.sreq_id, to_string(s));
+    }
 }
 
 }  // namespace loom::ucp

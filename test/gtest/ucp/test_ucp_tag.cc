@@ -78,6 +78,23 @@ protected:
         EXPECT_EQ(LOOM_OK, wait(sreq));
     }
 
+    /** Both workers and the transport endpoints to each, for messages forged by a test. */
+    struct RawPaths {
+        loom::ucp::Worker* sw;
+        loom::ucp::Worker* rw;
+        loom::uct::Ep* to_sender;    ///< the receiver's endpoint back to the sender
+        loom::uct::Ep* to_receiver;  ///< ep_'s
+    };
+    /** Brings both endpoints up with a message, then fills @p raw. */
+    void raw_paths(RawPaths& raw) {
+        send_recv(8, true);
+        raw.sw = reinterpret_cast<loom_worker*>(sender_)->impl.get();
+        raw.rw = reinterpret_cast<loom_worker*>(receiver_)->impl.get();
+        ASSERT_EQ(1u, raw.rw->ep_by_uuid.count(raw.sw->uuid));
+        raw.to_sender = raw.rw->ep_by_uuid[raw.sw->uuid]->am_ep;
+        raw.to_receiver = reinterpret_cast<loom::ucp::Ep*>(ep_)->am_ep;
+    }
+
     static std::vector<char> pattern(std::size_t n, unsigned seed) {
         std::vector<char> v(n);
         for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 31 + seed * 7) & 0xff);
@@ -244,6 +261,117 @@ TEST_P(UcpTagTest, CancelPostedReceive) {
     EXPECT_EQ(LOOM_ERR_CANCELED, wait(r));
     // The cancelled receive must not take the next message.
     send_recv(8, true, 5);
+}
+
+/** Progresses until the receiver's unexpected queue holds a message tagged @p tag. */
+#define WAIT_UNEXPECTED(tag)                                                    \
+    ASSERT_TRUE(progress_until(                                                 \
+        [&] {                                                                   \
+            loom_tag_recv_info_t pi{};                                          \
+            return loom_tag_probe_nb(receiver_, tag, ~0ull, 0, &pi) != nullptr; \
+        },                                                                      \
+        "the message to arrive unexpected"))
+
+TEST_P(UcpTagTest, CancelWithdrawsAnUnmatchedSend) {
+    // Rendezvous (RTS in the receiver's queue) and synchronous eager sizes: each waits for
+    // its receiver, so it can still be withdrawn; the receiver never sees it. Rendezvous
+    // from 16 KiB on every transport, so the 20000-byte send takes both paths.
+    init({{"LOOM_RNDV_THRESH", "16k"}});
+    for (bool sync : {false, true}) {
+        for (std::size_t size : {8ul, 20000ul, 1ul << 20}) {
+            if (!sync && size < 20000) continue;  // an eager send completes at once: nothing to cancel
+            const loom_tag_t tag = 0x700 + size + sync;
+            auto data = pattern(size, 3);
+            loom_status_ptr_t sreq = sync ? loom_tag_send_sync_nbx(ep_, data.data(), size, tag, nullptr)
+                                          : loom_tag_send_nbx(ep_, data.data(), size, tag, nullptr);
+            ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq)) << size << " sync " << sync;
+            WAIT_UNEXPECTED(tag);
+            loom_request_cancel(sender_, sreq);
+            EXPECT_EQ(LOOM_ERR_CANCELED, wait(sreq)) << "size " << size << " sync " << sync;
+            loom_tag_recv_info_t pi{};
+            EXPECT_EQ(nullptr, loom_tag_probe_nb(receiver_, tag, ~0ull, 0, &pi))
+                << "the message is still there";
+            // The tag goes on: the next message on it is received intact.
+            send_recv(size, true, tag);
+        }
+    }
+}
+
+TEST_P(UcpTagTest, CancelOfAMatchedSendCompletesItNormally) {
+    for (bool sync : {false, true}) {
+        const std::size_t size = sync ? 100 : 1 << 20;
+        auto data = pattern(size, 4);
+        std::vector<char> out(size);
+        loom_status_ptr_t sreq = sync ? loom_tag_send_sync_nbx(ep_, data.data(), size, 77, nullptr)
+                                      : loom_tag_send_nbx(ep_, data.data(), size, 77, nullptr);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+        WAIT_UNEXPECTED(77);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 77, ~0ull, nullptr);
+        loom_request_cancel(sender_, sreq);  // the receive has taken it: too late
+        EXPECT_EQ(LOOM_OK, wait(rreq));
+        EXPECT_EQ(LOOM_OK, wait(sreq)) << "sync " << sync;
+        EXPECT_EQ(data, out);
+    }
+}
+
+/**
+ * Cancels and their answers are checked before use: a truncated one is dropped with a
+ * line; one naming another tag, sender or send withdraws nothing; an answer for a request
+ * that is not a waiting send changes nothing. The parked message is received intact.
+ */
+TEST_P(UcpTagTest, ForgedCancelsChangeNothing) {
+    RawPaths raw;
+    ASSERT_NO_FATAL_FAILURE(raw_paths(raw));
+    loom::ucp::Worker& sw = *raw.sw;
+    loom::uct::Ep *to_sender = raw.to_sender, *to_receiver = raw.to_receiver;
+    auto deliver = [&](loom::uct::Ep* uep, loom::uct::AmId id, const void* m, std::size_t len) {
+        ssize_t n;
+        while ((n = loom::ucp::am_bcopy_bytes(uep, id, m, len)) ==
+               static_cast<ssize_t>(loom::Status::no_resource)) {
+            progress();
+        }
+        ASSERT_GE(n, 0);
+        for (int i = 0; i < 200; ++i) progress();
+    };
+    auto data = pattern(1 << 20, 5);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 88, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    WAIT_UNEXPECTED(88);
+    const std::uint64_t sreq_id = sw.req_table.wire_id(loom::ucp::request_of(sreq));
+    char b[8];
+    loom_status_ptr_t other =
+        loom_tag_recv_nbx(sender_, b, sizeof(b), 99, ~0ull, nullptr);  // a request, not a send
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(other));
+    {
+        loom::test::LogCapture warnings("warn");
+        loom::ucp::CancelHdr c{88, sw.uuid, sreq_id};
+        deliver(to_receiver, loom::ucp::kAmTagCancel, &c, sizeof(c) - 1);
+        EXPECT_EQ(1, warnings.count("send cancel of 23 bytes (truncated)")) << warnings.text();
+        for (auto forged :
+             {loom::ucp::CancelHdr{89, sw.uuid, sreq_id}, loom::ucp::CancelHdr{88, sw.uuid ^ 1, sreq_id},
+              loom::ucp::CancelHdr{88, sw.uuid, sreq_id + 1}}) {
+            deliver(to_receiver, loom::ucp::kAmTagCancel, &forged, sizeof(forged));
+        }
+        loom_tag_recv_info_t pi{};
+        EXPECT_NE(nullptr, loom_tag_probe_nb(receiver_, 88, ~0ull, 0, &pi))
+            << "a forged cancel withdrew the message";
+        loom::ucp::AckHdr ack{0x777700000005ull, 0, 0};
+        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack));
+        ack.sreq_id =
+            sw.req_table.wire_id(loom::ucp::request_of(sreq)) + (std::uint64_t{1} << 32);  // stale generation
+        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack));
+        EXPECT_EQ(2, warnings.count("cancel answer for unknown send")) << warnings.text();
+        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, 4);
+        EXPECT_EQ(1, warnings.count("cancel answer of 4 bytes (truncated)")) << warnings.text();
+        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq));
+        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(other));
+    }
+    loom_request_cancel(sender_, other);
+    EXPECT_EQ(LOOM_ERR_CANCELED, wait(other));
+    std::vector<char> out(data.size());
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), out.size(), 88, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
 }
 
 TEST_P(UcpTagTest, TruncationReportsFullLength) {
@@ -859,13 +987,10 @@ TEST_P(UcpTagTest, NonContiguousFallsBackUnderPutSchemes) {
  */
 TEST_P(UcpTagTest, MalformedRendezvousPutMessagesAreDropped) {
     init({{"LOOM_RNDV_SCHEME", "put_zcopy"}, {"LOOM_RNDV_THRESH", "4k"}});
-    send_recv(8, true);  // both endpoints are up
-    loom::ucp::Worker& sw = *reinterpret_cast<loom_worker*>(sender_)->impl;
-    loom::ucp::Worker& rw = *reinterpret_cast<loom_worker*>(receiver_)->impl;
-    // Messages to the sender go on the receiver's endpoint to it, those to the receiver on ep_.
-    ASSERT_EQ(1u, rw.ep_by_uuid.count(sw.uuid));
-    loom::uct::Ep* to_sender = rw.ep_by_uuid[sw.uuid]->am_ep;
-    loom::uct::Ep* to_receiver = reinterpret_cast<loom::ucp::Ep*>(ep_)->am_ep;
+    RawPaths raw;
+    ASSERT_NO_FATAL_FAILURE(raw_paths(raw));
+    loom::ucp::Worker &sw = *raw.sw, &rw = *raw.rw;
+    loom::uct::Ep *to_sender = raw.to_sender, *to_receiver = raw.to_receiver;
     auto deliver = [&](loom::uct::Ep* uep, loom::uct::AmId id, const std::vector<std::uint8_t>& m,
                        const std::function<bool()>& arrived) {
         ssize_t n;
