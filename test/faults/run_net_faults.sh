@@ -9,12 +9,24 @@
 #     while the endpoint is idle: keep-alive fails it with LOOM_ERR_PEER_TIMEOUT within
 #     its bound (here 1 s x 3);
 #   - the same with sends and receives of every size in flight: each completes with an
-#     error, the error callback runs once, nothing hangs.
-# Usage: run_net_faults.sh [FAULT_PEER]  (default: ./test/faults/fault_peer of the build tree)
+#     error, the error callback runs once, nothing hangs;
+#   - netem on both ends of the link (loss 1 % and 5 %, delay with jitter, reordering,
+#     duplication): every message of every size arrives once, in order, intact. This
+#     machine's kernel has no sch_netem; the RDMA VM's Debian kernel does, and
+#     test/rdma/run_rdma_tests.sh runs these cases there (--netem-only).
+# Usage: run_net_faults.sh [--netem-only] [FAULT_PEER]  (default: ./test/faults/fault_peer
+# of the build tree)
 set -u
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$top/test/mpi/netns/hosts.sh"
+netem_only=0
+if [[ ${1:-} == --netem-only ]]; then
+    netem_only=1
+    shift
+fi
 prog=$(readlink -f "${1:-./test/faults/fault_peer}")
+# The RDMA VM's minimal /dev lacks /dev/fd, which bash's process substitution needs.
+[[ -e /dev/fd ]] || ln -s /proc/self/fd /dev/fd 2>/dev/null
 
 if ! why=$(xh_preflight); then
     echo "1..0 # SKIP two simulated hosts: $why"
@@ -38,7 +50,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM HUP
     ((${#pids[@]})) && kill -KILL "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null  # (no "Killed" job notices for the servers left running)
+    ((${#pids[@]})) && wait "${pids[@]}" 2>/dev/null  # (no "Killed" job notices for the servers left)
     xh_down
     [[ ${XH_KEEP:-0} == 1 ]] && echo "# kept $tmp" >&2 || rm -rf "$tmp"
     exit "$rc"
@@ -118,6 +130,40 @@ table inet loomfault {
 NFT
 }
 undrop_b() { xh_in B nft delete table inet loomfault 2>/dev/null; }
+
+# --- netem: loss, delay, reordering, duplication -------------------------------------------------
+netem_cases=("loss 1%" "loss 5%" "delay 10ms 5ms" "delay 5ms reorder 25% 50%" "duplicate 5%")
+if xh_in A tc qdisc add dev "$XH_IF_A" root netem delay 1ms 2>/dev/null; then
+    xh_in A tc qdisc del dev "$XH_IF_A" root
+    for impair in "${netem_cases[@]}"; do
+        c=$((n + 1))
+        ok=0
+        # shellcheck disable=SC2086
+        if xh_in A tc qdisc add dev "$XH_IF_A" root netem $impair && xh_in B tc qdisc add dev "$XH_IF_B" root netem $impair &&
+            server B "case$c.serverB"; then
+            touch "$tmp/go$c"  # no pause: the impairment is there from the start
+            start A "case$c.client" -c "$XH_IP_B" -P "$port" -m flow -f "$tmp/go$c" -n 21 -t 120
+            finish "$last_pid" && grep -q 'in order and intact' "$tmp/case$c.serverB.log" && ok=1
+            # netem acted: its counters (a loss that dropped nothing tested nothing).
+            stats=$(xh_in A tc -s qdisc show dev "$XH_IF_A" | grep -o 'Sent .*dropped [0-9]*')
+            echo "# netem $impair on A's end: $stats"
+            [[ $impair != loss* ]] || [[ ${stats##*dropped } -gt 0 ]] || ok=0
+        fi
+        xh_in A tc qdisc del dev "$XH_IF_A" root 2>/dev/null
+        xh_in B tc qdisc del dev "$XH_IF_B" root 2>/dev/null
+        result "tcp under netem $impair (both directions): every message of every size arrives once, in order, intact" $ok
+    done
+elif ((netem_only)); then
+    result "netem is available here (sch_netem)" 0
+else
+    echo "# netem cases (loss, delay, reordering, duplication): this kernel has no sch_netem;" \
+         "test/rdma/run_rdma_tests.sh runs them in the RDMA VM"
+fi
+if ((netem_only)); then
+    echo "1..$n"
+    ((failed == 0))
+    exit
+fi
 
 # --- 1. link down for 2 s, then up -------------------------------------------------------------
 c=$((n + 1))

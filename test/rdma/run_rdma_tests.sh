@@ -59,6 +59,18 @@ failed() {
 # device kind: the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
 # shellcheck disable=SC2016
 suite_script='
+    # tap_to_gtest PREFIX INDENT FILE: a TAP script'"'"'s output with its results as gtest-style
+    # markers (counted by test/summarize.py), named PREFIX + the case, other lines indented.
+    tap_to_gtest() {
+        awk -v p="$1" -v ind="$2" '"'"'
+            function name(s) { sub(/^(not )?ok [0-9]+ - /, "", s); sub(/ # SKIP.*/, "", s); gsub(/[^A-Za-z0-9]+/, "_", s); return p s }
+            # the layout of a gtest skip ("...: Skipped", the reason, then the case) keeps its reason in the summary.
+            /^ok .* # SKIP/ { r = $0; sub(/.* # SKIP */, "", r); print "tap: Skipped"; print (r == "" ? "no reason given" : r);
+                              print "[  SKIPPED ] " name($0) " (0 ms)"; next }
+            /^ok /          { print "[       OK ] " name($0) " (0 ms)"; next }
+            /^not ok /      { print "[  FAILED  ] " name($0) " (0 ms)"; next }
+            { print ind $0 }'"'"' "$3"
+    }
     "$1" -d 2>&1
     "$2" --gtest_filter="$3"; rc=$?
     devices=${LOOMTEST_UCP_DEVICES:-$(ls /sys/class/infiniband 2>/dev/null | sort | awk "{d=\$1; sub(/[0-9]+\$/, \"\", d); if (!(d in seen)) {seen[d]=1; print \$1\":1\"}}")}
@@ -179,18 +191,20 @@ suite_script='
             done
             LOOM_NET_DEVICES=$dev top_srcdir="$9" "$9/test/mpi/run_mpi_suite.sh" --loom "$7" --stacks ompi-loom \
                 --np 2 --tls rc,self --timeout 600 "${10}" > mpi_suite.out 2>&1 || rc=1
-            awk -v d="$d" '"'"'
-                function name(s) { sub(/^(not )?ok [0-9]+ - /, "", s); sub(/ # SKIP.*/, "", s); gsub(/[^A-Za-z0-9]+/, "_", s); return "MpiOnRc." d "_" s }
-                # the layout of a gtest skip ("...: Skipped", the reason, then the case) keeps its reason in the summary.
-                /^ok .* # SKIP/ { r = $0; sub(/.* # SKIP */, "", r); print "run_mpi_suite.sh: Skipped"; print (r == "" ? "no reason given" : r);
-                                  print "[  SKIPPED ] " name($0) " (0 ms)"; next }
-                /^ok /          { print "[       OK ] " name($0) " (0 ms)"; next }
-                /^not ok /      { print "[  FAILED  ] " name($0) " (0 ms)"; next }
-                { print "  mpi| " $0 }'"'"' mpi_suite.out
+            tap_to_gtest "MpiOnRc.${d}_" "  mpi| " mpi_suite.out
             rm -f mpi_suite.out
         done
     else
         echo "== MPI over rc: not run for this build (its sanitizer libraries cannot load into MPI processes; the regular build runs it)"
+    fi
+    # tcp between two simulated hosts under netem (loss, delay, reordering, duplication):
+    # the machine'"'"'s own kernel has no sch_netem, this Debian kernel has. Once, for the
+    # regular build: the impairments test TCP and the transport'"'"'s framing, not memory.
+    if [ -n "${13}" ]; then
+        echo "== network faults under netem (test/faults/run_net_faults.sh --netem-only)"
+        bash "${13}" --netem-only "${14}" > net_faults.out 2>&1 || rc=1
+        tap_to_gtest "NetFaults." "  netem| " net_faults.out
+        rm -f net_faults.out
     fi
     exit $rc'
 
@@ -229,7 +243,14 @@ prepare() {
     mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
     cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
     cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
-    local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier=""
+    mkdir -p "$mpi_src/test/faults" "$mpi_src/test/mpi/netns"
+    cp -p "$top/test/faults/run_net_faults.sh" "$mpi_src/test/faults/"
+    cp -p "$top"/test/mpi/netns/*.sh "$mpi_src/test/mpi/netns/"
+    local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier="" net_faults="" fault_peer=""
+    if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -x "$build/test/faults/fault_peer" ]; then
+        net_faults=$mpi_src/test/faults/run_net_faults.sh
+        fault_peer=$build/test/faults/fault_peer
+    fi
     if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
         mpi_compat=$build/bindings/ucx/.libs
         osu_bin=$("$top/test/mpi/build_osu.sh" "$build" openmpi 2>/dev/null | awk '{print $2}')
@@ -241,7 +262,7 @@ prepare() {
     local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
                      bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
                      "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi"
-                     "$shmem_prog" "$oshm_barrier")
+                     "$shmem_prog" "$oshm_barrier" "$net_faults" "$fault_peer")
     # The suite runs in the build tree (it leaves its scratch files there); each build has
     # its own time limit, so that one build's hang cannot eat the other's time.
     {

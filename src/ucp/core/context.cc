@@ -76,6 +76,14 @@ const RegisteredTable<ContextConfig> g_table{
         field("TAG_BUCKETS", "1k",
               "Hash buckets of each worker's expected and unexpected tag queues (a power of two).",
               &ContextConfig::tag_buckets, SizeParser()),
+        field("UNEXPECTED_MAX", "64m",
+              "Bytes of eager messages a worker keeps for receives not posted yet. Past it, "
+              "every sender is told to send its tagged messages by rendezvous, so only their "
+              "RTS waits here and their data stays with the sender (its sends complete once "
+              "received), until the unexpected messages are back under half the bound. What "
+              "was in flight when the bound was crossed still arrives. inf: no bound. See "
+              "docs/reliability.md.",
+              &ContextConfig::unexpected_max, SizeParser().allow_inf()),
         field("WIREUP_TIMEOUT", "30s",
               "How long an endpoint whose transports connect endpoint to endpoint (rc without "
               "rdma_cm) waits for its peer to answer the wire-up before it fails with "

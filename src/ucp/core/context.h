@@ -46,6 +46,7 @@ struct ContextConfig {
     AtomicMode atomic_mode = AtomicMode::cpu;  ///< LOOM_ATOMIC_MODE
     bool proto_info = false;             ///< LOOM_PROTO_INFO
     std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
+    std::size_t unexpected_max = 0;      ///< LOOM_UNEXPECTED_MAX (kSizeInf: unbounded)
     std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)
     std::chrono::nanoseconds keepalive_interval{};  ///< LOOM_KEEPALIVE_INTERVAL (kTimeInf: off)
     unsigned keepalive_count = 0;                   ///< LOOM_KEEPALIVE_COUNT

@@ -47,10 +47,12 @@ struct Lane {
 using EpErrorCallback = void (*)(void* arg, void* ep, int status);
 
 enum EpFlags : std::uint8_t {
-    kEpInternal = 1u << 0,   ///< created by a peer's wire-up, not (yet) by the application
+    kEpInternal = 1u << 0,  ///< created by a peer's wire-up, not (yet) by the application
     kEpFailed = 1u << 1,
     kEpClosing = 1u << 2,
     kEpErrModePeer = 1u << 3,
+    /** The peer holds too many unexpected messages: tagged sends go by rendezvous (tag_flow.cc). */
+    kEpTagHeld = 1u << 4,
 };
 
 class Ep {

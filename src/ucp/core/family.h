@@ -52,6 +52,8 @@ struct ProtoFamily {
      * on the endpoint. Runs before the endpoint's outstanding requests fail with @p status.
      */
     void (*ep_purge)(Worker& worker, Ep* ep, Status status);
+    /** @p ep was just created (it may not be wired up yet: control messages queue). */
+    void (*ep_created)(Worker& worker, Ep* ep);
     /** @p ep failed with @p status, its outstanding requests failed already. */
     void (*ep_failed)(Worker& worker, Ep* ep, Status status);
     /** @p ep is closed or destroyed: requests bound to it complete with @p status. */

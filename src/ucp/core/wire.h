@@ -28,6 +28,8 @@ enum AmIds : uct::AmId {
     kAmRndvFin = 11,       ///< RndvFinHdr: the sender's PUTs of a rendezvous are in place
     kAmTagCancel = 12,     ///< CancelHdr: the sender withdraws an unmatched send (rendezvous or sync)
     kAmTagCancelAck = 13,  ///< AckHdr: ok (withdrawn: the send completes canceled) or no_element (too late)
+    kAmTagFlow =
+        14,  ///< FlowHdr: the receiver's unexpected messages crossed LOOM_UNEXPECTED_MAX, or are back under
     // Active messages and streams (src/ucp/am, src/ucp/stream): ids 20..29.
     kAmUserOnly = 20,    ///< AmHdr [+ sender uuid when kAmWireReply] + user header + data
     kAmUserFirst = 21,   ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
@@ -74,6 +76,13 @@ struct CancelHdr {
     std::uint64_t tag;
     std::uint64_t sender_uuid;
     std::uint64_t sreq_id;
+};
+
+/** Flow control of unexpected messages (src/ucp/tag/tag_flow.cc). */
+struct FlowHdr {
+    std::uint64_t receiver_uuid;  ///< who holds the messages
+    std::uint8_t hold;            ///< 1: send tagged messages by rendezvous; 0: as before
+    std::uint8_t reserved[7];
 };
 
 /** Ready-to-send: a rendezvous message waits at the sender. */

@@ -977,13 +977,14 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
     ep.max_bcopy = static_cast<std::uint32_t>(std::min<std::size_t>(am.attr.am.max_bcopy, UINT32_MAX));
     ep.protos = worker.proto_table(ep);
     if (ep.protos == nullptr) return Status::no_memory;
-    auto limit = [&](ProtoOp op) {
-        return static_cast<std::uint32_t>(std::min<std::size_t>(ep.protos->fast_path_limit(op), UINT32_MAX));
-    };
-    ep.tag_short_limit = limit(ProtoOp::tag);
-    ep.am_short_limit = limit(ProtoOp::am);
-    ep.stream_short_limit = limit(ProtoOp::stream);
+    ep.tag_short_limit = fast_path_limit(ep, ProtoOp::tag);
+    ep.am_short_limit = fast_path_limit(ep, ProtoOp::am);
+    ep.stream_short_limit = fast_path_limit(ep, ProtoOp::stream);
     return Status::ok;
+}
+
+std::uint32_t fast_path_limit(const Ep& ep, ProtoOp op) {
+    return static_cast<std::uint32_t>(std::min<std::size_t>(ep.protos->fast_path_limit(op), UINT32_MAX));
 }
 
 const ProtoTable* Worker::proto_table(const Ep& ep) {
@@ -1020,6 +1021,7 @@ Result<Ep*> Worker::ep_create(const UnpackedAddress& address, bool internal, uns
     eps.push_back(*ep);
     ep_by_uuid.emplace(address.uuid, ep);  // keeps the first endpoint to that worker
     wireup_ep_created(*this, ep);
+    for_each_family<&ProtoFamily::ep_created>(*this, ep);
     if (explain_out != nullptr) *explain_out = std::move(lanes_explained);
     if (context.config().proto_info) {
         // Asked for explicitly: printed whatever the log level.

@@ -117,6 +117,9 @@ unsigned keepalive_progress(Worker& worker);
 /** Sets up the worker's keep-alive from the context's configuration, once its ifaces are open. */
 void keepalive_init(Worker& worker);
 
+/** The sizes below which @p ep's API fast path sends @p op by eager short (Ep::tag_short_limit, ...). */
+std::uint32_t fast_path_limit(const Ep& ep, ProtoOp op);
+
 /** The settings the tcp ifaces get from LOOM_KEEPALIVE_*, unless LOOM_TCP_KEEPALIVE_* are set. */
 ucs::config::Overrides keepalive_tcp_overrides(const ContextConfig& config);
 

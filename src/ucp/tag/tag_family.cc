@@ -24,6 +24,7 @@ void free_unexpected(TagWorker& t, UnexpDesc* desc) {
 Status tag_family_init(Worker& w) {
     auto t = std::make_unique<TagWorker>();
     if (Status s = t->tm.init(w.context.config().tag_buckets); s != Status::ok) return s;
+    t->unexp_max = w.context.config().unexpected_max;
     ucs::MemPoolParams dp;
     dp.name = "ucp_unexp_small";
     dp.elem_size = sizeof(UnexpDesc) + TagWorker::kSmallDescData;
@@ -53,9 +54,11 @@ void tag_family_cleanup(Worker& w) {
 
 void tag_family_ep_failed(Worker& w, Ep* ep, Status status) { tag_fail_peer_receives(w, ep->remote_uuid, status); }
 
-const ProtoFamily kTagFamily{.name = "tag", .slot = kTagSlot,
+const ProtoFamily kTagFamily{.name = "tag",
+                             .slot = kTagSlot,
                              .init = tag_family_init,
                              .cleanup = tag_family_cleanup,
+                             .ep_created = tag_flow_ep_created,
                              .ep_failed = tag_family_ep_failed};
 LOOM_FAMILY_REGISTER(kTagFamily);
 

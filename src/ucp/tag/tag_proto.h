@@ -37,6 +37,10 @@ struct TagWorker {
     static constexpr std::size_t kSmallDescData = 512;
     TagMatcher tm;
     ucs::MemPool desc_pool;  ///< unexpected eager messages up to kSmallDescData bytes
+    // Flow control (tag_flow.cc)
+    std::size_t unexp_bytes = 0;  ///< eager message bytes the unexpected descriptors hold
+    std::size_t unexp_max = 0;    ///< LOOM_UNEXPECTED_MAX
+    bool holding = false;         ///< the senders were told to hold back (kAmTagFlow)
 };
 
 /** @p w's tag state. */
@@ -47,6 +51,31 @@ static_assert(sizeof(TagRecvEntry) <= sizeof(RecvMatchSlot) && alignof(TagRecvEn
 inline TagRecvEntry& recv_entry(Request* req) {
     return *std::launder(reinterpret_cast<TagRecvEntry*>(&req->recv.entry));
 }
+
+// --- flow control of unexpected messages (tag_flow.cc) ------------------------------------
+
+/** Tells every peer to send by rendezvous (the bound is crossed) or as before (under half). */
+void tag_flow_tell_all(Worker& w, bool hold);
+
+/** An unexpected eager message of @p bytes was queued: past the bound, the senders hold back. */
+inline void tag_flow_queued(Worker& w, std::size_t bytes) {
+    TagWorker& t = tag_of(w);
+    t.unexp_bytes += bytes;
+    if (LOOM_UNLIKELY(t.unexp_bytes > t.unexp_max) && !t.holding) tag_flow_tell_all(w, true);
+}
+
+/** An unexpected eager message of @p bytes left: under half the bound, the senders go on. */
+inline void tag_flow_released(Worker& w, std::size_t bytes) {
+    TagWorker& t = tag_of(w);
+    t.unexp_bytes -= bytes;
+    if (LOOM_UNLIKELY(t.holding) && t.unexp_bytes <= t.unexp_max / 2) tag_flow_tell_all(w, false);
+}
+
+/** A new endpoint hears at once that this worker holds back its senders. */
+void tag_flow_ep_created(Worker& w, Ep* ep);
+
+/** The kAmTagFlow handler (sender side). */
+Status tag_flow_handler(void* arg, void* data, std::size_t length, unsigned flags);
 
 /** Registers the tag protocols' AM handlers on every iface of @p worker. */
 Status tag_register_handlers(Worker& worker);

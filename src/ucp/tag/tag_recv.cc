@@ -26,6 +26,7 @@ Request* recv_of(TagRecvEntry* entry) {
 UnexpDesc* desc_of(TagUnexpEntry* entry) { return reinterpret_cast<UnexpDesc*>(entry); }
 
 void free_desc(Worker& w, UnexpDesc* desc) {
+    if (desc->kind == UnexpDesc::eager) tag_flow_released(w, desc->length);
     if (desc->pooled) {
         tag_of(w).desc_pool.put(desc);
     } else {
@@ -101,6 +102,7 @@ UnexpDesc* queue_unexpected_eager(Worker& w, Tag tag, std::size_t total, const s
     desc->msg_id = msg_id;
     std::memcpy(desc->data(), payload, plen);
     tag_of(w).tm.push_unexpected(desc->entry, tag);
+    tag_flow_queued(w, total);
     return desc;
 }
 
@@ -359,6 +361,7 @@ Status tag_register_handlers(Worker& w) {
         {kAmRndvRts, rts_handler},
         {kAmTagCancel, cancel_handler},
         {kAmTagCancelAck, cancel_ack_handler},
+        {kAmTagFlow, tag_flow_handler},
     };
     for (WorkerIface& wi : w.ifaces) {
         for (const auto& h : handlers) {

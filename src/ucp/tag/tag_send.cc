@@ -196,6 +196,12 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync) {
     if (sync) req->flags |= kReqSync;
     const ProtoRange* range =
         ep->protos->select(sync ? ProtoOp::tag_sync : ProtoOp::tag, req->send.dt.contig(), req->send.dt.length);
+    if (LOOM_UNLIKELY(ep->flags & kEpTagHeld)) {
+        // The receiver keeps too many unexpected messages: only the RTS goes now (tag_flow.cc).
+        const ProtoRange* rndv =
+            ep->protos->select(sync ? ProtoOp::tag_sync : ProtoOp::tag, req->send.dt.contig(), SIZE_MAX);
+        if (rndv != nullptr && rndv->proto == &kTagRndv) range = rndv;
+    }
     if (LOOM_UNLIKELY(range == nullptr)) {  // cannot be: eager multi or rendezvous serves every size
         req->send.dt.finish();
         w.complete(req, Status::unsupported);

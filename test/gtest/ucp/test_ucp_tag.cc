@@ -374,6 +374,56 @@ TEST_P(UcpTagTest, ForgedCancelsChangeNothing) {
     EXPECT_EQ(data, out);
 }
 
+/**
+ * LOOM_UNEXPECTED_MAX: a receiver that posts nothing keeps at most the bound (and what was
+ * in flight when it was crossed) of eager data; past it its sender sends by rendezvous, its
+ * sends waiting for the receiver. Then every message is received in order and intact, and
+ * the sender goes back to eager.
+ */
+TEST_P(UcpTagTest, UnexpectedMessagesAreBoundedAndKeepTheirOrder) {
+    constexpr std::size_t kBound = 64 * 1024, kSize = 1000;
+    constexpr int kCount = 4000;  // 4 MB: 60 times the bound
+    init({{"LOOM_UNEXPECTED_MAX", "64k"}});
+    loom::ucp::TagWorker& t = loom::ucp::tag_of(*reinterpret_cast<loom_worker*>(receiver_)->impl);
+    auto* ep = reinterpret_cast<loom::ucp::Ep*>(ep_);
+    const std::uint32_t eager_limit = ep->tag_short_limit;
+    std::vector<std::vector<char>> data;
+    std::vector<loom_status_ptr_t> sends;
+    std::size_t most = 0;
+    for (int i = 0; i < kCount; ++i) {
+        data.push_back(pattern(kSize, static_cast<unsigned>(i)));
+        sends.push_back(loom_tag_send_nbx(ep_, data.back().data(), kSize, 0x900, nullptr));
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(sends.back())) << i;
+        progress();
+        most = std::max(most, t.unexp_bytes);
+    }
+    for (int i = 0; i < 1000; ++i) progress();
+    most = std::max(most, t.unexp_bytes);
+    EXPECT_TRUE(t.holding);
+    EXPECT_TRUE(ep->flags & loom::ucp::kEpTagHeld);
+    // The bound, and what was in flight when the sender heard of it (a few messages here,
+    // where one progress call on each side separates them).
+    EXPECT_LE(most, kBound + 64 * kSize) << "the receiver kept " << most << " bytes";
+    const auto waiting = std::count_if(sends.begin(), sends.end(), [](loom_status_ptr_t r) {
+        return LOOM_PTR_IS_PTR(r) && loom_request_check_status(r) == LOOM_INPROGRESS;
+    });
+    EXPECT_GT(waiting, kCount / 2) << "the sends past the bound wait for their receiver";
+    std::vector<char> out(kSize);
+    for (int i = 0; i < kCount; ++i) {
+        loom_tag_recv_info_t info{};
+        ASSERT_EQ(LOOM_OK, wait(recv_nbx(out.data(), kSize, 0x900, ~0ull, &info), &info)) << i;
+        ASSERT_EQ(data[static_cast<std::size_t>(i)], out) << "message " << i << " out of order or damaged";
+    }
+    for (loom_status_ptr_t r : sends) EXPECT_EQ(LOOM_OK, wait(r));
+    EXPECT_EQ(0u, t.unexp_bytes);
+    EXPECT_FALSE(t.holding);
+    ASSERT_TRUE(progress_until([&] { return !(ep->flags & loom::ucp::kEpTagHeld); }, "the sender to go on"));
+    EXPECT_EQ(eager_limit, ep->tag_short_limit);
+    EXPECT_EQ(nullptr, loom_tag_send_nbx(ep_, data[0].data(), 8, 0x901, nullptr)) << "eager short again";
+    char small[8];
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, small, sizeof(small), 0x901, ~0ull, nullptr)));
+}
+
 TEST_P(UcpTagTest, TruncationReportsFullLength) {
     for (std::size_t size : {100, 20000, 500000}) {
         for (bool expected : {true, false}) {
