@@ -84,6 +84,13 @@ const RegisteredTable<ContextConfig> g_table{
               "was in flight when the bound was crossed still arrives. inf: no bound. See "
               "docs/reliability.md.",
               &ContextConfig::unexpected_max, SizeParser().allow_inf()),
+        field("STREAM_WINDOW", "16m",
+              "Bytes of one endpoint's stream that a receiver keeps before the application "
+              "reads them. Past it the sender is told to hold its stream sends (they wait, "
+              "in order, and complete later) until the receiver has read all but half. What "
+              "was in flight when the window filled still arrives. inf: no window. See "
+              "docs/reliability.md.",
+              &ContextConfig::stream_window, SizeParser().allow_inf()),
         field("WIREUP_TIMEOUT", "30s",
               "How long an endpoint whose transports connect endpoint to endpoint (rc without "
               "rdma_cm) waits for its peer to answer the wire-up before it fails with "

@@ -47,6 +47,7 @@ struct ContextConfig {
     bool proto_info = false;             ///< LOOM_PROTO_INFO
     std::size_t tag_buckets = 0;         ///< LOOM_TAG_BUCKETS
     std::size_t unexpected_max = 0;      ///< LOOM_UNEXPECTED_MAX (kSizeInf: unbounded)
+    std::size_t stream_window = 0;       ///< LOOM_STREAM_WINDOW (kSizeInf: unbounded)
     std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)
     std::chrono::nanoseconds keepalive_interval{};  ///< LOOM_KEEPALIVE_INTERVAL (kTimeInf: off)
     unsigned keepalive_count = 0;                   ///< LOOM_KEEPALIVE_COUNT

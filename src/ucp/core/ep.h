@@ -53,6 +53,8 @@ enum EpFlags : std::uint8_t {
     kEpErrModePeer = 1u << 3,
     /** The peer holds too many unexpected messages: tagged sends go by rendezvous (tag_flow.cc). */
     kEpTagHeld = 1u << 4,
+    /** The peer's stream window is full: stream sends wait (stream_proto.cc). */
+    kEpStreamHeld = 1u << 5,
 };
 
 class Ep {

@@ -35,6 +35,7 @@ enum AmIds : uct::AmId {
     kAmUserFirst = 21,   ///< AmFirstHdr + user header + first data fragment; kAmEagerMiddle fragments follow
     kAmUserRts = 22,     ///< AmRtsHdr + packed key + user header; answered with kAmRndvAts or kAmRndvRtr
     kAmStreamData = 25,  ///< sender uuid (8 bytes) + stream bytes
+    kAmStreamFlow = 26,  ///< FlowHdr: the receiver's window of our stream is full (hold), or has room again
 };
 
 /** First fragment of a multi-fragment eager message (sync sends set sreq_id). */

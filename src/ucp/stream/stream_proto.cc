@@ -72,6 +72,34 @@ void free_desc(StreamWorker& sw, StreamDesc* desc) {
     }
 }
 
+/**
+ * Flow control: tells the sender of @p s to hold its stream sends (its window here is
+ * full) or to go on (the application read all but half of it). The sender parks its sends
+ * meanwhile (stream_send_start), in order; they complete once sent.
+ */
+void tell_window(StreamWorker& sw, StreamEp& s, bool hold) {
+    Worker& w = sw.worker;
+    // A stream to our own worker is not held: its sender is its reader, and the answer
+    // would run inside the very receive that read (self delivers in the call).
+    if (s.ep->remote_uuid == w.uuid) return;
+    s.holding = hold;
+    if (s.ep->flags & (kEpFailed | kEpClosing)) return;
+    FlowHdr hdr{};
+    hdr.receiver_uuid = w.uuid;
+    hdr.hold = hold ? 1 : 0;
+    LOOM_LOG_DEBUG("ucp: stream from {:016x}: {} bytes unread (LOOM_STREAM_WINDOW {}): {}", s.ep->remote_uuid,
+                   s.queued, sw.window, hold ? "the sender holds" : "the sender goes on");
+    if (Status st = w.send_ctrl(s.ep, kAmStreamFlow, &hdr, sizeof(hdr)); st != Status::ok) {
+        LOOM_LOG_DEBUG("ucp: cannot tell {:016x} about its stream window: {}", s.ep->remote_uuid,
+                       to_string(st));
+    }
+}
+
+/** After the application took bytes of @p s: room again for a held sender? */
+void window_released(StreamWorker& sw, StreamEp& s) {
+    if (LOOM_UNLIKELY(s.holding) && s.queued <= sw.window / 2) tell_window(sw, s, false);
+}
+
 void unready(StreamWorker& sw, StreamEp& s) {
     if (s.ready_link.linked()) decltype(sw.ready)::remove(s);
 }
@@ -95,6 +123,7 @@ Status drain(StreamWorker& sw, StreamEp& s, DtState& dt, std::size_t& received, 
         }
     }
     if (s.data.empty()) unready(sw, s);
+    window_released(sw, s);
     return status;
 }
 
@@ -122,6 +151,7 @@ void queue_bytes(StreamWorker& sw, StreamEp& s, const std::uint8_t* p, std::size
     s.data.push_back(*d);
     s.queued += n;
     if (!s.ready_link.linked()) sw.ready.push_back(s);
+    if (LOOM_UNLIKELY(s.queued > sw.window) && !s.holding) tell_window(sw, s, true);
 }
 
 /** Gives @p n arriving bytes to the posted receives in order, queueing what is left. */
@@ -171,6 +201,40 @@ Status stream_data_handler(void* arg, void* data, std::size_t length, unsigned) 
     StreamEp* s = get_ep(sw, it->second);
     if (s == nullptr) return Status::ok;
     deliver(w, sw, *s, static_cast<const std::uint8_t*>(data) + kHdrLen, length - kHdrLen);
+    return Status::ok;
+}
+
+/** kAmStreamFlow (at the sender): hold our stream sends to that worker, or send what waited. */
+Status stream_flow_handler(void* arg, void* data, std::size_t length, unsigned) {
+    auto& w = *static_cast<Worker*>(arg);
+    if (length < sizeof(FlowHdr)) {
+        LOOM_LOG_WARN("ucp: dropped a stream flow control message of {} bytes (truncated)", length);
+        return Status::ok;
+    }
+    FlowHdr hdr;
+    std::memcpy(&hdr, data, sizeof(hdr));
+    StreamWorker& sw = *stream_state(w);
+    unsigned eps = 0;
+    for (Ep& ep : w.eps) {
+        if (ep.remote_uuid != hdr.receiver_uuid || (ep.flags & kEpFailed)) continue;
+        ++eps;
+        if (hdr.hold != 0) {
+            ep.flags |= kEpStreamHeld;
+            ep.stream_short_limit = 0;  // every send takes the slow path (stream_send_start)
+            continue;
+        }
+        ep.flags &= static_cast<std::uint8_t>(~kEpStreamHeld);
+        ep.stream_short_limit = fast_path_limit(ep, ProtoOp::stream);
+        StreamEp* s = find_ep(sw, &ep);
+        if (s == nullptr) continue;
+        std::deque<Request*> held;
+        held.swap(s->held);
+        for (Request* req : held) (void)send_request_start(req);  // in order, behind what the lane queued
+    }
+    if (eps == 0) {
+        LOOM_LOG_WARN("ucp: dropped a stream flow control message from unknown worker {:016x}",
+                      hdr.receiver_uuid);
+    }
     return Status::ok;
 }
 
@@ -272,6 +336,7 @@ Status stream_family_init(Worker& w) {
     auto* sw = new (std::nothrow) StreamWorker(w);
     if (sw == nullptr) return Status::no_memory;
     w.family_state[kStreamSlot] = sw;
+    sw->window = w.context.config().stream_window;
     ucs::MemPoolParams mp;
     mp.name = "ucp_stream_data";
     mp.elem_size = sizeof(StreamDesc) + StreamWorker::kSmallData;
@@ -280,6 +345,8 @@ Status stream_family_init(Worker& w) {
     if (Status s = sw->pool.init(std::move(mp)); s != Status::ok) return s;
     for (WorkerIface& wi : w.ifaces) {
         if (Status s = wi.iface->set_am_handler(kAmStreamData, stream_data_handler, &w, 0); s != Status::ok) return s;
+        if (Status s = wi.iface->set_am_handler(kAmStreamFlow, stream_flow_handler, &w, 0); s != Status::ok)
+            return s;
     }
     return Status::ok;
 }
@@ -303,7 +370,10 @@ void stream_family_cleanup(Worker& w) {
 /** @p ep failed: its waiting stream receives complete with @p status (data already queued stays). */
 void stream_ep_failed(Worker& w, Ep* ep, Status status) {
     if (stream_state(w) == nullptr) return;
-    if (StreamEp* s = find_ep(*stream_state(w), ep)) fail_recvs(w, *s, status);
+    if (StreamEp* s = find_ep(*stream_state(w), ep)) {
+        s->held.clear();  // they were in the endpoint's outstanding list: failed already
+        fail_recvs(w, *s, status);
+    }
 }
 
 /** @p ep is closed or destroyed: its stream receives complete with @p status, its queued data goes. */
@@ -312,6 +382,7 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
     if (sw == nullptr) return;
     StreamEp* s = find_ep(*sw, ep);
     if (s == nullptr) return;
+    s->held.clear();  // completed with the endpoint's outstanding requests
     fail_recvs(w, *s, status);
     while (StreamDesc* d = s->data.pop_front()) free_desc(*sw, d);
     unready(*sw, *s);
@@ -329,7 +400,9 @@ LOOM_FAMILY_REGISTER(kStreamFamily);
 
 Status stream_send_try_now(Ep* ep, DtState& dt) {
     // Short (whose fast path did not apply) or bcopy in one message: done in the call.
-    if (ep->num_pending != 0 || kHdrLen + dt.length > ep->max_bcopy) return Status::no_resource;
+    if (ep->num_pending != 0 || kHdrLen + dt.length > ep->max_bcopy || (ep->flags & kEpStreamHeld)) {
+        return Status::no_resource;
+    }
     PackArg arg{ep->worker->uuid, &dt, 0, dt.length};
     ssize_t n = uct::ep_am_bcopy(ep->am_ep, kAmStreamData, pack_fragment, &arg, 0);
     return n >= 0 ? Status::ok : static_cast<Status>(n);
@@ -343,6 +416,17 @@ Status stream_send_start(Request* req, Ep* ep) {
     req->progress = range != nullptr ? range->progress : stream_progress;  // bcopy serves every size
     req->flags |= kReqInEpList;
     ep->outstanding.push_back(*req);
+    if (LOOM_UNLIKELY(ep->flags & kEpStreamHeld)) {
+        // The receiver's window is full: wait, in order, for its go (stream_flow_handler).
+        if (StreamEp* s = get_ep(*stream_state(*ep->worker), ep)) {
+            try {
+                s->held.push_back(req);
+                return Status::ok;
+            } catch (const std::bad_alloc&) {
+                // send it anyway: the window is a bound on memory, not on correctness
+            }
+        }
+    }
     return send_request_start(req);
 }
 
@@ -408,6 +492,7 @@ void* stream_recv_data(Worker& w, Ep* ep, std::size_t& length) {
     length = d->length - d->offset;
     s->queued -= length;
     if (s->data.empty()) unready(sw, *s);
+    window_released(sw, *s);
     try {
         sw.handed_out.emplace(data, d);
     } catch (const std::bad_alloc&) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 #include <unordered_set>
@@ -39,6 +40,8 @@ struct StreamEp {
     ucs::List<Request, &Request::ep_link> recvs;          ///< posted receives, in order
     ucs::ListLink ready_link;                             ///< in StreamWorker::ready
     std::size_t queued = 0;                               ///< bytes in data
+    bool holding = false;                                 ///< we told the sender to hold (window full)
+    std::deque<Request*> held;                            ///< our sends waiting for the peer's window
 };
 
 /** Layout of loom_stream_poll_ep_t. */
@@ -63,6 +66,7 @@ public:
     std::unordered_map<void*, StreamDesc*> handed_out;           ///< by loom_stream_recv_data_nb
     ucs::MemPool pool;                                           ///< descriptors up to kSmallData bytes
     std::unordered_set<std::uint64_t> warned_uuids;              ///< senders without an endpoint, reported
+    std::size_t window = 0;                                      ///< LOOM_STREAM_WINDOW
 
     static constexpr std::size_t kSmallData = 512;
 };

@@ -8,6 +8,8 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp/api/handles.h"
+#include "ucp/stream/stream_proto.h"
 #include "ucp_pair.h"
 #include "ucp_side.h"
 
@@ -312,6 +314,60 @@ TEST_P(UcpStreamTest, ZeroCopyReceiveAndRelease) {
     // Taken pieces not released by the application go with the worker (ASan checks).
     EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 100, nullptr)));
     ASSERT_TRUE(progress_until([&] { return loom_stream_recv_data_nb(rep_, &length) != nullptr; }));
+}
+
+/**
+ * LOOM_STREAM_WINDOW: a receiver that does not read keeps at most its window (and what
+ * was in flight when it filled) of a stream; the sender's sends past it wait. Then every
+ * byte is read, in order, and the sender goes back to sending at once.
+ */
+TEST_P(UcpStreamTest, AReceiverThatDoesNotReadHoldsOnlyItsWindow) {
+    constexpr std::size_t kWindow = 64 * 1024, kSize = 1000;
+    constexpr int kCount = 4000;  // 4 MB: 60 windows
+    if (GetParam().self)
+        GTEST_SKIP() << "a stream to its own worker has no window (its reader is its sender)";
+    init({{"LOOM_STREAM_WINDOW", "64k"}});
+    auto* ep = reinterpret_cast<loom::ucp::Ep*>(ep_);
+    auto& rw = *reinterpret_cast<loom_worker*>(receiver_)->impl;
+    auto unread = [&] {
+        loom::ucp::StreamWorker* sw = loom::ucp::stream_state(rw);
+        auto it = sw->eps.find(reinterpret_cast<loom::ucp::Ep*>(rep_));
+        return it == sw->eps.end() ? std::size_t{0} : it->second->queued;
+    };
+    const std::uint32_t short_limit = ep->stream_short_limit;
+    std::vector<char> data(kSize * kCount);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7 + i / 1000) & 0xff);
+    std::vector<loom_status_ptr_t> sends;
+    std::size_t most = 0;
+    for (int i = 0; i < kCount; ++i) {
+        loom_status_ptr_t r = loom_stream_send_nbx(ep_, data.data() + i * kSize, kSize, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(r)) << i;
+        sends.push_back(r);
+        // Waiting for a send the transport has not taken yet keeps the sender's own queue short.
+        do {
+            progress();
+            most = std::max(most, unread());
+        } while (LOOM_PTR_IS_PTR(r) && loom_request_check_status(r) == LOOM_INPROGRESS &&
+                 !(ep->flags & loom::ucp::kEpStreamHeld));
+    }
+    EXPECT_TRUE(ep->flags & loom::ucp::kEpStreamHeld);
+    EXPECT_LE(most, kWindow + 128 * kSize) << "the receiver kept " << most << " unread bytes";
+    const auto waiting = std::count_if(sends.begin(), sends.end(), [](loom_status_ptr_t r) {
+        return LOOM_PTR_IS_PTR(r) && loom_request_check_status(r) == LOOM_INPROGRESS;
+    });
+    EXPECT_GT(waiting, kCount / 2) << "the sends past the window wait";
+    // Read it all, in pieces; the held sends go out as the window empties.
+    std::vector<char> out = recv_all(rep_, data.size());
+    EXPECT_TRUE(out == data) << "the stream lost its order or bytes";
+    for (loom_status_ptr_t r : sends) {
+        if (!LOOM_PTR_IS_PTR(r)) continue;
+        ASSERT_TRUE(progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }));
+        EXPECT_EQ(LOOM_OK, loom_request_check_status(r));
+        loom_request_free(r);
+    }
+    ASSERT_TRUE(
+        progress_until([&] { return !(ep->flags & loom::ucp::kEpStreamHeld); }, "the sender to go on"));
+    EXPECT_EQ(short_limit, ep->stream_short_limit);
 }
 
 TEST_P(UcpStreamTest, CloseCancelsWaitingReceivesAndCallbacksRun) {
