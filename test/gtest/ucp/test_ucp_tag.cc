@@ -324,14 +324,19 @@ TEST_P(UcpTagTest, ForgedCancelsChangeNothing) {
     ASSERT_NO_FATAL_FAILURE(raw_paths(raw));
     loom::ucp::Worker& sw = *raw.sw;
     loom::uct::Ep *to_sender = raw.to_sender, *to_receiver = raw.to_receiver;
-    auto deliver = [&](loom::uct::Ep* uep, loom::uct::AmId id, const void* m, std::size_t len) {
-        ssize_t n;
-        while ((n = loom::ucp::am_bcopy_bytes(uep, id, m, len)) ==
+    loom::test::LogCapture warnings("warn");
+    // Sends one raw message, then progresses until the warning @p what was logged @p n times
+    // in all (messages on one endpoint arrive in order: so were those sent before it).
+    auto deliver = [&](loom::uct::Ep* uep, loom::uct::AmId id, const void* m, std::size_t len,
+                       const char* what, int n) {
+        ssize_t r;
+        while ((r = loom::ucp::am_bcopy_bytes(uep, id, m, len)) ==
                static_cast<ssize_t>(loom::Status::no_resource)) {
             progress();
         }
-        ASSERT_GE(n, 0);
-        for (int i = 0; i < 200; ++i) progress();
+        ASSERT_GE(r, 0);
+        ASSERT_TRUE(progress_until([&] { return warnings.count(what) >= n; }, what)) << warnings.text();
+        EXPECT_EQ(n, warnings.count(what)) << warnings.text();
     };
     auto data = pattern(1 << 20, 5);
     loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 88, nullptr);
@@ -342,30 +347,27 @@ TEST_P(UcpTagTest, ForgedCancelsChangeNothing) {
     loom_status_ptr_t other =
         loom_tag_recv_nbx(sender_, b, sizeof(b), 99, ~0ull, nullptr);  // a request, not a send
     ASSERT_TRUE(LOOM_PTR_IS_PTR(other));
-    {
-        loom::test::LogCapture warnings("warn");
-        loom::ucp::CancelHdr c{88, sw.uuid, sreq_id};
-        deliver(to_receiver, loom::ucp::kAmTagCancel, &c, sizeof(c) - 1);
-        EXPECT_EQ(1, warnings.count("send cancel of 23 bytes (truncated)")) << warnings.text();
-        for (auto forged :
-             {loom::ucp::CancelHdr{89, sw.uuid, sreq_id}, loom::ucp::CancelHdr{88, sw.uuid ^ 1, sreq_id},
-              loom::ucp::CancelHdr{88, sw.uuid, sreq_id + 1}}) {
-            deliver(to_receiver, loom::ucp::kAmTagCancel, &forged, sizeof(forged));
-        }
-        loom_tag_recv_info_t pi{};
-        EXPECT_NE(nullptr, loom_tag_probe_nb(receiver_, 88, ~0ull, 0, &pi))
-            << "a forged cancel withdrew the message";
-        loom::ucp::AckHdr ack{0x777700000005ull, 0, 0};
-        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack));
-        ack.sreq_id =
-            sw.req_table.wire_id(loom::ucp::request_of(sreq)) + (std::uint64_t{1} << 32);  // stale generation
-        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack));
-        EXPECT_EQ(2, warnings.count("cancel answer for unknown send")) << warnings.text();
-        deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, 4);
-        EXPECT_EQ(1, warnings.count("cancel answer of 4 bytes (truncated)")) << warnings.text();
-        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq));
-        EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(other));
+    const char* truncated = "send cancel of 23 bytes (truncated)";
+    loom::ucp::CancelHdr c{88, sw.uuid, sreq_id};
+    deliver(to_receiver, loom::ucp::kAmTagCancel, &c, sizeof(c) - 1, truncated, 1);
+    for (auto forged :
+         {loom::ucp::CancelHdr{89, sw.uuid, sreq_id}, loom::ucp::CancelHdr{88, sw.uuid ^ 1, sreq_id},
+          loom::ucp::CancelHdr{88, sw.uuid, sreq_id + 1}}) {
+        ASSERT_GE(loom::ucp::am_bcopy_bytes(to_receiver, loom::ucp::kAmTagCancel, &forged, sizeof(forged)),
+                  0);
     }
+    deliver(to_receiver, loom::ucp::kAmTagCancel, &c, sizeof(c) - 1, truncated, 2);  // behind the forged ones
+    loom_tag_recv_info_t pi{};
+    EXPECT_NE(nullptr, loom_tag_probe_nb(receiver_, 88, ~0ull, 0, &pi))
+        << "a forged cancel withdrew the message";
+    loom::ucp::AckHdr ack{0x777700000005ull, 0, 0};
+    deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack), "cancel answer for unknown send", 1);
+    ack.sreq_id =
+        sw.req_table.wire_id(loom::ucp::request_of(sreq)) + (std::uint64_t{1} << 32);  // stale generation
+    deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, sizeof(ack), "cancel answer for unknown send", 2);
+    deliver(to_sender, loom::ucp::kAmTagCancelAck, &ack, 4, "cancel answer of 4 bytes (truncated)", 1);
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq));
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(other));
     loom_request_cancel(sender_, other);
     EXPECT_EQ(LOOM_ERR_CANCELED, wait(other));
     std::vector<char> out(data.size());
