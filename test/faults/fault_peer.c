@@ -387,6 +387,11 @@ out:
         rp.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
         rp.flags = LOOM_EP_CLOSE_FLAG_FORCE;
         (void)wait_req(loom_ep_close_nbx(sts[i].peer.ep, &rp), NULL);
+        for (k = 0; k < kWindow; ++k) {
+            /* A send still in flight was failed by the forced close: its buffers are free now. */
+            free(sts[i].slots[k].out);
+            free(sts[i].slots[k].in);
+        }
     }
     return rc;
 }
