@@ -43,12 +43,13 @@ typedef void (*loom_stream_recv_nbx_callback_t)(void* request, loom_status_t sta
                                                 void* user_data);
 
 enum {
-    LOOM_OP_ATTR_FIELD_REQUEST = 1u << 0,  /**< request: caller's memory (see loom_context_attr_t.request_size) */
+    LOOM_OP_ATTR_FIELD_REQUEST =
+        1u << 0, /**< request: caller's memory (see loom_context_attr_t.request_size) */
     LOOM_OP_ATTR_FIELD_CALLBACK = 1u << 1, /**< cb */
     LOOM_OP_ATTR_FIELD_USER_DATA = 1u << 2,
     LOOM_OP_ATTR_FIELD_DATATYPE = 1u << 3,
     LOOM_OP_ATTR_FIELD_FLAGS = 1u << 4,
-    LOOM_OP_ATTR_FIELD_RECV_INFO = 1u << 5, /**< recv_info: filled when a receive completes at once */
+    LOOM_OP_ATTR_FIELD_RECV_INFO = 1u << 5,    /**< recv_info: filled when a receive completes at once */
     LOOM_OP_ATTR_FIELD_REPLY_BUFFER = 1u << 6, /**< reply_buffer: a fetching atomic (loom_atomic_op_nbx) */
     LOOM_OP_ATTR_FIELD_MEMH = 1u << 7,         /**< memh: the local buffer of an RMA operation is mapped */
     /**
@@ -60,12 +61,24 @@ enum {
      */
     LOOM_OP_ATTR_FIELD_REQUEST_DATA = 1u << 8,
     /**
+     * deadline_ns: when the operation gives up with LOOM_ERR_TIMED_OUT if it has not
+     * completed, nanoseconds from the call (or, with LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE, a
+     * CLOCK_MONOTONIC time). Looked at from loom_worker_progress. What an operation can
+     * still withdraw at its deadline, and what its peer sees, is in docs/reliability.md:
+     * a receive not matched yet, a tagged send its receiver has not matched (withdrawn, as
+     * loom_request_cancel does), a flush (the operations it waited for go on) and a close
+     * (the endpoint closes by force). An operation already matched, or whose data the
+     * transport holds, completes normally: its peer has it or is taking it.
+     */
+    LOOM_OP_ATTR_FIELD_DEADLINE = 1u << 9,
+    /**
      * Always return a request, never NULL. An operation done inside the call still
      * reports its completion (loom_request_check_status, the callback) only from the
      * next loom_worker_progress: a callback never runs inside the call that started it.
      */
     LOOM_OP_ATTR_FLAG_NO_IMM_CMPL = 1u << 16,
-    LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL = 1u << 17 /**< complete at once or fail with LOOM_ERR_NO_RESOURCE */
+    LOOM_OP_ATTR_FLAG_FORCE_IMM_CMPL = 1u << 17,   /**< complete at once or fail with LOOM_ERR_NO_RESOURCE */
+    LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE = 1u << 18 /**< deadline_ns is a CLOCK_MONOTONIC time, not a delay */
 };
 
 /** Parameters of every non-blocking operation. */
@@ -98,6 +111,7 @@ typedef struct {
     /** loom_put_nbx / loom_get_nbx: a mapping (loom_mem_map) that covers the local buffer. */
     struct loom_mem* memh;
     void* request_data; /**< LOOM_OP_ATTR_FIELD_REQUEST_DATA */
+    uint64_t deadline_ns; /**< LOOM_OP_ATTR_FIELD_DEADLINE */
 } loom_request_param_t;
 
 /** LOOM_OK or an error once @p request completed, LOOM_INPROGRESS before. */

@@ -54,14 +54,19 @@ loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep, const void* buffer, size_t 
  * Receives of one endpoint complete in the order they were posted. When it completes
  * at once (NULL), *@p length holds the bytes received; a request reports them to
  * cb.stream and loom_stream_recv_request_test. A failed endpoint still hands out the
- * bytes that arrived before its failure, then the error. LOOM_ERR_INVALID_PARAM
+ * bytes that arrived before its failure, then the error. A receive past its deadline
+ * (LOOM_OP_ATTR_FIELD_DEADLINE) completes with LOOM_ERR_TIMED_OUT and the bytes it took,
+ * which are not received again. LOOM_ERR_INVALID_PARAM
  * (logged) for a NULL endpoint or length, a generic datatype, unknown flags, or a
  * context without LOOM_FEATURE_STREAM.
  */
 loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep, void* buffer, size_t count, size_t* length,
                                        const loom_request_param_t* param);
 
-/** loom_request_check_status for a stream receive, filling @p length once it completed with LOOM_OK. */
+/**
+ * loom_request_check_status for a stream receive, filling @p length once it completed
+ * with LOOM_OK, or with LOOM_ERR_TIMED_OUT (the bytes it took before its deadline).
+ */
 loom_status_t loom_stream_recv_request_test(void* request, size_t* length);
 
 /**

@@ -62,6 +62,21 @@ inline void* caller_request_end(Worker* w, const loom_request_param_t* p, void* 
     return r;
 }
 
+/**
+ * The worker clock's time of @p p's deadline: deadline_ns from now, or the CLOCK_MONOTONIC
+ * time deadline_ns with LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE (already past: now).
+ */
+inline ucs::Ticks deadline_of(const loom_request_param_t* p) {
+    const ucs::Ticks now = ucs::get_time();
+    std::uint64_t delay_ns = p->deadline_ns;
+    if (p->op_attr_mask & LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE) {
+        const std::uint64_t mono = ucs::detail::monotonic_ns();
+        delay_ns = p->deadline_ns > mono ? p->deadline_ns - mono : 0;
+    }
+    const ucs::Ticks delay = ucs::ns_to_ticks(delay_ns);
+    return delay > UINT64_MAX - now ? UINT64_MAX : now + delay;
+}
+
 /** What an _nbx call returns for @p req once its first step ran. */
 inline void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) {
     if ((req->flags & kReqCompleted) && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL)) {
@@ -79,6 +94,9 @@ inline void* finish_nbx(Worker& w, Request* req, const loom_request_param_t* p) 
     req->flags |= kReqHandedOut;
     // NO_IMM_CMPL and done already: a callback runs from progress, never inside the call.
     if ((req->flags & kReqCompleted) && req->cb.send != nullptr) w.defer_callback(req);
+    if (LOOM_UNLIKELY(attr(p) & LOOM_OP_ATTR_FIELD_DEADLINE) && !(req->flags & kReqCompleted)) {
+        w.deadline_arm(req, deadline_of(p));
+    }
     return handle_of(req);
 }
 

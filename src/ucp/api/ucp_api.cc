@@ -859,7 +859,8 @@ loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep_h, void* buffer, size_t coun
 loom_status_t loom_stream_recv_request_test(void* request, size_t* length) {
     Request* req = request_of(request);
     if (!completed(req)) return LOOM_INPROGRESS;
-    if (length != nullptr && req->status == Status::ok) *length = req->recv.info.length;
+    if (length != nullptr && (req->status == Status::ok || req->status == Status::timed_out))
+        *length = req->recv.info.length;
     return C(req->status);
 }
 

@@ -71,6 +71,12 @@ struct ProtoFamily {
      * (flush_done then runs through a request). nullptr: nothing to do.
      */
     bool (*flush_idle)(Worker& worker, Ep* ep, Status& status);
+    /**
+     * @p req's deadline passed (req.expired is set; deadline.cc): if it is the family's and
+     * can still be withdrawn, withdraw it (completing it with timed_out now, or once its
+     * peer answered) and return true. false: not the family's, or too late to withdraw.
+     */
+    bool (*expire)(Worker& worker, Request& req);
 };
 
 /** Makes @p family known to every worker created from now on (LOOM_FAMILY_REGISTER). */

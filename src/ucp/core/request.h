@@ -80,7 +80,11 @@ struct alignas(8) RecvMatchSlot {
 struct Request {
     std::uint16_t flags;
     Status status;
-    std::uint8_t kind;  ///< RequestKind
+    std::uint8_t kind : 6;  ///< RequestKind
+    /** Has an entry in Worker::deadlines (LOOM_OP_ATTR_FIELD_DEADLINE): complete() removes it. */
+    std::uint8_t has_deadline : 1;
+    /** Its deadline passed: what it withdraws from now on completes it with timed_out, not canceled. */
+    std::uint8_t expired : 1;
     std::uint32_t id;   ///< in the worker's request table while a peer may name it (0: none)
     Worker* worker;
     void* user_data;

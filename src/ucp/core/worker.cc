@@ -367,17 +367,21 @@ unsigned Worker::check_flushes() {
     unsigned done = 0;
     for (Request& req : flush_waiters.safe()) {
         Ep* ep = req.ep;
+        // Past its deadline a flush waits no more for the endpoints, only for a transport
+        // flush it already started (that flush's completion record points at the request).
+        const bool expired = req.expired;
         bool flushed = true;
-        if (ep != nullptr) {
+        if (!expired && ep != nullptr) {
             flushed = ep_flushed(ep);
-        } else {
+        } else if (!expired) {
             for (const Ep& e : eps) flushed = flushed && ep_flushed(&e);
         }
         if (!flushed) continue;
         // A family's part, e.g. RMA's remote completion; the first error found is reported.
         Status family_status = Status::ok;
         bool families_done = true;
-        for (const ProtoFamily* const* f = families().begin; families_done && f != families().end; ++f) {
+        for (const ProtoFamily* const* f = families().begin;
+             families_done && f != families().end && (!expired || (req.flags & kReqRmaFlush)); ++f) {
             Status fs = Status::ok;
             if ((*f)->flush_done != nullptr) families_done = (*f)->flush_done(*this, req, fs);
             if (family_status == Status::ok) family_status = fs;
@@ -385,7 +389,11 @@ unsigned Worker::check_flushes() {
         if (!families_done) continue;
         decltype(flush_waiters)::remove(req);
         Status status = ep != nullptr && (ep->flags & kEpFailed) ? ep->failure : family_status;
-        if (req.flags & kReqClose) {
+        if (expired) {
+            // A close past its deadline closes by force, as LOOM_EP_CLOSE_FLAG_FORCE would.
+            if (req.flags & kReqClose) ep_close_now(ep, true);
+            status = Status::timed_out;
+        } else if (req.flags & kReqClose) {
             ep_close_now(ep, false);
             status = Status::ok;
         }
@@ -521,6 +529,8 @@ Request* Worker::alloc_request() {
     req->flags = 0;
     req->status = Status::in_progress;
     req->kind = kReqKindOther;
+    req->has_deadline = 0;
+    req->expired = 0;
     req->id = 0;
     req->worker = this;
     req->user_data = nullptr;
@@ -534,6 +544,8 @@ Request* Worker::init_caller_request(void* handle) {
     req->flags = kReqCallerMem;
     req->status = Status::in_progress;
     req->kind = kReqKindOther;
+    req->has_deadline = 0;
+    req->expired = 0;
     req->id = 0;
     req->worker = this;
     req->user_data = nullptr;
@@ -544,6 +556,7 @@ Request* Worker::init_caller_request(void* handle) {
 
 void Worker::complete(Request* req, Status status) {
     req->status = status;
+    if (LOOM_UNLIKELY(req->has_deadline)) deadline_forget(req);
     if (req->id != 0) req_table.remove(req);
     if (req->flags & kReqInEpList) {
         decltype(Ep::outstanding)::remove(*req);

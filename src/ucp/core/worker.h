@@ -140,6 +140,7 @@ public:
         if (LOOM_UNLIKELY(!listeners.empty())) n += cm_progress(n);
         if (LOOM_UNLIKELY(wireup_waiting != 0)) n += wireup_check_deadlines(*this);
         if (LOOM_UNLIKELY(--keepalive_countdown == 0)) n += keepalive_progress(*this);
+        if (LOOM_UNLIKELY(!deadlines.empty())) n += check_deadlines();
         if (LOOM_UNLIKELY(!deferred_callbacks.empty())) n += run_deferred_callbacks();
         return n;
     }
@@ -280,6 +281,21 @@ public:
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
+    /** A request with a deadline (LOOM_OP_ATTR_FIELD_DEADLINE) and when it expires. */
+    struct DeadlineEntry {
+        ucs::Ticks at;
+        Request* req;
+    };
+    /** The requests with a deadline; progress() reads the clock only while there are some. */
+    std::vector<DeadlineEntry> deadlines;
+    ucs::Ticks next_deadline = 0;  ///< the earliest entry's `at`
+
+    /**
+     * Gives @p req, just handed to the application and not complete, a deadline at @p at
+     * (a ucs::get_time() value): when it passes, progress() sets req->expired and withdraws
+     * the operation where it still can (deadline.cc), completing it with timed_out.
+     */
+    void deadline_arm(Request* req, ucs::Ticks at);
     /** Requests completed inside their call whose callbacks run from progress (defer_callback). */
     ucs::List<Request, &Request::ep_link> deferred_callbacks;
     std::uint64_t next_msg_id = 1;
@@ -312,6 +328,10 @@ private:
     unsigned run_deferred_callbacks();
     /** Completes the flush requests whose endpoints have nothing outstanding. */
     unsigned check_flushes();
+    /** Expires the requests whose deadline passed (deadline.cc); returns how many. */
+    unsigned check_deadlines();
+    /** Drops @p req's entry in deadlines (it completes first). */
+    void deadline_forget(Request* req);
     /** With LOOM_FEATURE_WAKEUP: the epoll set of the ifaces' fds and the signal fd. */
     Status init_wakeup();
     /**

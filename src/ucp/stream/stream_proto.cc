@@ -389,11 +389,35 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
     sw->eps.erase(ep);
 }
 
-const ProtoFamily kStreamFamily{.name = "stream", .slot = kStreamSlot,
+/**
+ * A stream receive past its deadline (ProtoFamily::expire) leaves its endpoint's queue and
+ * completes with timed_out and the bytes it holds (a receive partly filled keeps them: the
+ * stream goes on with the next byte, nothing is lost or repeated).
+ */
+bool stream_expire(Worker& w, Request& req) {
+    if ((req.flags & (kReqRecv | kReqRecvLength)) != (kReqRecv | kReqRecvLength)) return false;
+    StreamWorker* sw = stream_state(w);
+    if (sw == nullptr) return false;
+    // req.ep is set by stream_recv_start only; another family's receive may hold anything
+    // there, so it is looked up, never followed.
+    StreamEp* s = find_ep(*sw, req.ep);
+    if (s == nullptr) return false;
+    for (Request& r : s->recvs) {
+        if (&r != &req) continue;
+        decltype(s->recvs)::remove(req);
+        finish_recv(w, &req, Status::timed_out);
+        return true;
+    }
+    return false;
+}
+
+const ProtoFamily kStreamFamily{.name = "stream",
+                                .slot = kStreamSlot,
                                 .init = stream_family_init,
                                 .cleanup = stream_family_cleanup,
                                 .ep_failed = stream_ep_failed,
-                                .ep_closed = stream_ep_closed};
+                                .ep_closed = stream_ep_closed,
+                                .expire = stream_expire};
 LOOM_FAMILY_REGISTER(kStreamFamily);
 
 }  // namespace
@@ -451,6 +475,7 @@ Status stream_recv_start(Worker& w, Ep* ep, Request* req) {
     req->recv.received = 0;
     req->recv.comp.status = Status::ok;
     req->ep_link = {};
+    req->ep = ep;  // stream_expire finds the receive's queue by it
     StreamEp* s = get_ep(sw, ep);
     if (s == nullptr) {
         finish_recv(w, req, Status::no_memory);

@@ -59,7 +59,8 @@ const ProtoFamily kTagFamily{.name = "tag",
                              .init = tag_family_init,
                              .cleanup = tag_family_cleanup,
                              .ep_created = tag_flow_ep_created,
-                             .ep_failed = tag_family_ep_failed};
+                             .ep_failed = tag_family_ep_failed,
+                             .expire = tag_expire};
 LOOM_FAMILY_REGISTER(kTagFamily);
 
 }  // namespace

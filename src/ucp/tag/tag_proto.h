@@ -100,6 +100,13 @@ Status tag_send_start(Request* req, Ep* ep, Tag tag, bool sync);
 void tag_send_cancel(Request* req);
 
 /**
+ * The tag family's deadline hook (ProtoFamily::expire): a receive still in the matcher
+ * completes with timed_out now; a send is cancelled as tag_send_cancel does, completing
+ * with timed_out once the receiver withdrew it. Others are left to complete normally.
+ */
+bool tag_expire(Worker& worker, Request& req);
+
+/**
  * Starts a receive of @p req (recv.dt set): takes @p desc, a matching unexpected
  * message already out of the queue, or queues the receive for (@p tag, @p mask).
  */

@@ -340,7 +340,7 @@ Status cancel_ack_handler(void* arg, void* data, std::size_t length, unsigned) {
         return Status::ok;
     }
     req->send.dt.finish();
-    w.complete(req, Status::canceled);
+    w.complete(req, req->expired ? Status::timed_out : Status::canceled);
     return Status::ok;
 }
 
@@ -369,6 +369,20 @@ Status tag_register_handlers(Worker& w) {
         }
     }
     return Status::ok;
+}
+
+bool tag_expire(Worker& w, Request& req) {
+    if (req.kind == kReqKindTagSend && !(req.flags & kReqRecv)) {
+        tag_send_cancel(&req);
+        return true;
+    }
+    // A tagged receive in the matcher (a completed one waiting for its callback is linked
+    // in the deferred list; a matched one is not in the matcher).
+    if (!(req.flags & kReqRecv) || (req.flags & kReqRecvLength) || req.ep_link.linked()) return false;
+    if (!tag_of(w).tm.cancel(recv_entry(&req))) return false;
+    req.recv.dt.finish();
+    w.complete(&req, Status::timed_out);
+    return true;
 }
 
 void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {

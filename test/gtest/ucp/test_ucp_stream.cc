@@ -167,6 +167,40 @@ TEST_P(UcpStreamTest, WaitAllWaitsForEveryByte) {
     EXPECT_TRUE(data == out);
 }
 
+/**
+ * A WAITALL receive past its deadline completes with timed_out and the bytes it got; the
+ * stream goes on from the next byte (nothing lost, nothing repeated). A receive that got
+ * nothing times out with length 0.
+ */
+TEST_P(UcpStreamTest, DeadlineEndsAReceiveWithTheBytesItHolds) {
+    auto data = pattern(30000, 4);
+    std::vector<char> out(data.size());
+    std::size_t length = SIZE_MAX;
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS | LOOM_OP_ATTR_FIELD_DEADLINE;
+    p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
+    p.deadline_ns = 40 * 1000000ull;
+    loom_status_ptr_t r = loom_stream_recv_nbx(rep_, out.data(), out.size(), &length, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10000, nullptr)));
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, loom_stream_recv_request_test(r, &length));
+    EXPECT_EQ(10000u, length);
+    loom_request_free(r);
+    EXPECT_TRUE(std::equal(data.begin(), data.begin() + 10000, out.begin()));
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data() + 10000, 20000, nullptr)));
+    EXPECT_TRUE(recv_all(rep_, 20000) == std::vector<char>(data.begin() + 10000, data.end()));
+
+    length = SIZE_MAX;
+    p.deadline_ns = 0;
+    r = loom_stream_recv_nbx(rep_, out.data(), 8, &length, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    ASSERT_TRUE(progress_until([&] { return loom_stream_recv_request_test(r, &length) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, loom_stream_recv_request_test(r, &length));
+    EXPECT_EQ(0u, length);
+    loom_request_free(r);
+}
+
 TEST_P(UcpStreamTest, WholeElementsOnly) {
     auto data = pattern(14, 4);
     EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10, nullptr)));

@@ -314,6 +314,125 @@ TEST_P(UcpTagTest, CancelOfAMatchedSendCompletesItNormally) {
     }
 }
 
+/** Parameters with a deadline @p ms milliseconds from now (or, @p absolute, at that CLOCK_MONOTONIC time). */
+static loom_request_param_t deadline_in(std::uint64_t ms, bool absolute = false) {
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE;
+    p.deadline_ns = ms * 1000000ull;
+    if (absolute) {
+        timespec ts{};
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        p.op_attr_mask |= LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
+        p.deadline_ns +=
+            static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+    }
+    return p;
+}
+
+TEST_P(UcpTagTest, DeadlineTimesOutAReceiveThatMatchedNothing) {
+    for (bool absolute : {false, true}) {
+        std::vector<char> out(100);
+        loom_request_param_t p = deadline_in(20, absolute);
+        loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0x55, ~0ull, &p);
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+        EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(rreq)) << "absolute " << absolute;
+        // It left the matcher: the next message on its tag goes to the next receive, intact.
+        send_recv(100, true, 0x55);
+        send_recv(100, false, 0x55);
+    }
+    // A deadline already past (absolute 0) expires at the next progress.
+    loom_request_param_t past{};
+    past.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
+    std::vector<char> out(8);
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(loom_tag_recv_nbx(receiver_, out.data(), 8, 0x56, ~0ull, &past)));
+}
+
+TEST_P(UcpTagTest, DeadlineWithdrawsASendItsReceiverHasNotMatched) {
+    init({{"LOOM_RNDV_THRESH", "16k"}});
+    for (bool sync : {false, true}) {
+        for (std::size_t size : {8ul, 20000ul, 1ul << 20}) {
+            if (!sync && size < 20000) continue;  // an eager send completes at once: nothing to withdraw
+            const loom_tag_t tag = 0x900 + size + sync;
+            auto data = pattern(size, 5);
+            loom_request_param_t p = deadline_in(30);
+            loom_status_ptr_t sreq = sync ? loom_tag_send_sync_nbx(ep_, data.data(), size, tag, &p)
+                                          : loom_tag_send_nbx(ep_, data.data(), size, tag, &p);
+            ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq)) << size << " sync " << sync;
+            WAIT_UNEXPECTED(tag);
+            EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(sreq)) << "size " << size << " sync " << sync;
+            loom_tag_recv_info_t pi{};
+            EXPECT_EQ(nullptr, loom_tag_probe_nb(receiver_, tag, ~0ull, 0, &pi))
+                << "the receiver still has it";
+            send_recv(size, true, tag);
+        }
+    }
+}
+
+/**
+ * A deadline that does not pass changes nothing, and one whose send was matched first lets
+ * it complete normally (the receiver has the data); a request reused from the pool after
+ * either carries no deadline of theirs.
+ */
+TEST_P(UcpTagTest, DeadlineOfAMatchedOrCompletedOperationChangesNothing) {
+    const std::size_t size = 1 << 20;
+    auto data = pattern(size, 6);
+    std::vector<char> out(size);
+    loom_request_param_t p = deadline_in(10000);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 0x60, ~0ull, &p);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 0x60, &p);
+    EXPECT_EQ(LOOM_OK, wait(rreq));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
+    // Matched, then expired at once: the send's withdrawal is refused, it completes normally.
+    std::fill(out.begin(), out.end(), 0);
+    loom_request_param_t soon = deadline_in(0);
+    sreq = loom_tag_send_nbx(ep_, data.data(), size, 0x61, &soon);
+    rreq = loom_tag_recv_nbx(receiver_, out.data(), size, 0x61, ~0ull, nullptr);
+    EXPECT_EQ(LOOM_OK, wait(rreq));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
+    // The first receive's deadline was dropped when it completed: a receive that reuses its
+    // request waits past that time without expiring.
+    std::vector<char> small(8);
+    loom_status_ptr_t later = loom_tag_recv_nbx(receiver_, small.data(), 8, 0x62, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(later));
+    for (int i = 0; i < 1000; ++i) progress();
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(later));
+    auto eight = pattern(8, 7);
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep_, eight.data(), 8, 0x62, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(later));
+}
+
+/**
+ * A flush past its deadline completes with timed_out and leaves what it waited for going
+ * on; a close past its deadline closes by force: the send it waited for fails.
+ */
+TEST_P(UcpTagTest, DeadlineEndsAFlushOrACloseThatWaits) {
+    const std::size_t size = 1 << 20;
+    auto data = pattern(size, 8);
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), size, 0x70, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    WAIT_UNEXPECTED(0x70);
+    loom_request_param_t p = deadline_in(30);
+    loom_status_ptr_t freq = loom_ep_flush_nbx(ep_, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(freq)) << "the flush must wait for the unmatched send";
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(freq));
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(sreq)) << "the flush's deadline ended the send";
+    std::vector<char> out(size);
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), size, 0x70, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
+
+    sreq = loom_tag_send_nbx(ep_, data.data(), size, 0x71, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    WAIT_UNEXPECTED(0x71);
+    loom_status_ptr_t creq = loom_ep_close_nbx(ep_, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(creq));
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(creq));
+    ep_ = nullptr;  // closed
+    EXPECT_NE(LOOM_OK, wait(sreq)) << "a send of an endpoint closed by force";
+}
+
 /**
  * Cancels and their answers are checked before use: a truncated one is dropped with a
  * line; one naming another tag, sender or send withdraws nothing; an answer for a request
