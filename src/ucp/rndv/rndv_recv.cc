@@ -136,6 +136,12 @@ Status rndv_get_issue(Request* req) {
     const std::size_t length = req->recv.received;  // where the GET ends: the message's end, or the split
     auto* buffer = static_cast<char*>(req->recv.dt.buffer);
     while (req->recv.get_offset < length) {
+        if (LOOM_UNLIKELY(req->expired)) {
+            // Past its deadline (deadline.cc): no more GETs. Those in flight end the receive,
+            // and the ATS tells the sender, whose buffer is free from then on.
+            if (req->recv.comp.status == Status::ok) req->recv.comp.status = Status::timed_out;
+            break;
+        }
         const std::size_t chunk = std::min(max_zcopy, length - req->recv.get_offset);
         uct::Iov iov{buffer + req->recv.get_offset, chunk, req->memh};
         ++req->recv.comp.count;
