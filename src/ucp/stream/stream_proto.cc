@@ -390,18 +390,28 @@ void stream_ep_closed(Worker& w, Ep* ep, Status status) {
 }
 
 /**
- * A stream receive past its deadline (ProtoFamily::expire) leaves its endpoint's queue and
+ * Past its deadline (ProtoFamily::expire): a stream receive leaves its endpoint's queue and
  * completes with timed_out and the bytes it holds (a receive partly filled keeps them: the
- * stream goes on with the next byte, nothing is lost or repeated).
+ * stream goes on with the next byte, nothing is lost or repeated); a send held back by the
+ * receiver's window, none of whose bytes left, is withdrawn (the receiver never sees them).
  */
 bool stream_expire(Worker& w, Request& req) {
-    if ((req.flags & (kReqRecv | kReqRecvLength)) != (kReqRecv | kReqRecvLength)) return false;
+    const bool recv = (req.flags & (kReqRecv | kReqRecvLength)) == (kReqRecv | kReqRecvLength);
+    if ((req.flags & kReqRecv) && !recv) return false;
     StreamWorker* sw = stream_state(w);
     if (sw == nullptr) return false;
-    // req.ep is set by stream_recv_start only; another family's receive may hold anything
-    // there, so it is looked up, never followed.
+    // req.ep is set by stream_recv_start and every send's start; another family's receive
+    // may hold anything there, so it is looked up, never followed.
     StreamEp* s = find_ep(*sw, req.ep);
     if (s == nullptr) return false;
+    if (!recv) {
+        auto held = std::find(s->held.begin(), s->held.end(), &req);
+        if (held == s->held.end()) return false;
+        s->held.erase(held);
+        req.send.dt.finish();
+        w.complete(&req, Status::timed_out);
+        return true;
+    }
     for (Request& r : s->recvs) {
         if (&r != &req) continue;
         decltype(s->recvs)::remove(req);

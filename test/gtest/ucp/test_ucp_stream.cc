@@ -404,6 +404,63 @@ TEST_P(UcpStreamTest, AReceiverThatDoesNotReadHoldsOnlyItsWindow) {
     EXPECT_EQ(short_limit, ep->stream_short_limit);
 }
 
+/**
+ * A send held back by the receiver's window past its deadline is withdrawn whole: it
+ * completes with timed_out, the receiver never sees its bytes, and the stream goes on
+ * with the next send.
+ */
+TEST_P(UcpStreamTest, DeadlineWithdrawsASendTheWindowHeldBack) {
+    if (GetParam().self)
+        GTEST_SKIP() << "a stream to its own worker has no window (its reader is its sender)";
+    init({{"LOOM_STREAM_WINDOW", "64k"}});
+    auto* ep = reinterpret_cast<loom::ucp::Ep*>(ep_);
+    constexpr std::size_t kSize = 1000;
+    std::vector<char> sent;
+    std::vector<loom_status_ptr_t> sends;
+    std::vector<char> data = pattern(1000 * kSize, 6);  // in place until the sends complete
+    // Fill the window until the sender is held back.
+    for (std::size_t i = 0; i < 1000 && !(ep->flags & loom::ucp::kEpStreamHeld); ++i) {
+        const char* piece = data.data() + i * kSize;
+        sent.insert(sent.end(), piece, piece + kSize);
+        loom_status_ptr_t r = loom_stream_send_nbx(ep_, piece, kSize, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(r));
+        sends.push_back(r);
+        for (int k = 0; k < 20; ++k) progress();
+    }
+    ASSERT_TRUE(ep->flags & loom::ucp::kEpStreamHeld) << "the window never filled";
+    std::vector<char> withdrawn(5000, 'X');
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE;
+    p.deadline_ns = 20 * 1000000ull;
+    loom_status_ptr_t late = loom_stream_send_nbx(ep_, withdrawn.data(), withdrawn.size(), &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(late));
+    ASSERT_TRUE(progress_until([&] { return loom_request_check_status(late) != LOOM_INPROGRESS; }));
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, loom_request_check_status(late));
+    loom_request_free(late);
+    std::vector<char> after(3000, 'Y');
+    loom_status_ptr_t next = loom_stream_send_nbx(ep_, after.data(), after.size(), nullptr);
+    sent.insert(sent.end(), after.begin(), after.end());
+    EXPECT_TRUE(recv_all(rep_, sent.size()) == sent) << "the withdrawn send's bytes, or a gap, in the stream";
+    EXPECT_EQ(LOOM_OK, wait(next));
+    for (loom_status_ptr_t r : sends) {
+        if (!LOOM_PTR_IS_PTR(r)) continue;
+        ASSERT_TRUE(progress_until([&] { return loom_request_check_status(r) != LOOM_INPROGRESS; }));
+        EXPECT_EQ(LOOM_OK, loom_request_check_status(r));
+        loom_request_free(r);
+    }
+    // Nothing more: a receive finds no 'X' left behind.
+    char extra = 0;
+    std::size_t length = 0;
+    loom_status_ptr_t r = loom_stream_recv_nbx(rep_, &extra, 1, &length, nullptr);
+    for (int k = 0; k < 200; ++k) progress();
+    EXPECT_TRUE(LOOM_PTR_IS_PTR(r) && loom_request_check_status(r) == LOOM_INPROGRESS)
+        << "bytes after the stream's end";
+    if (LOOM_PTR_IS_PTR(r)) {
+        loom_request_cancel(receiver_, r);
+        loom_request_free(r);
+    }
+}
+
 TEST_P(UcpStreamTest, CloseCancelsWaitingReceivesAndCallbacksRun) {
     struct Seen {
         int calls = 0;
