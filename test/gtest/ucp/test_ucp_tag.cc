@@ -358,7 +358,8 @@ TEST_P(UcpTagTest, DeadlineWithdrawsASendItsReceiverHasNotMatched) {
             loom_status_ptr_t sreq = sync ? loom_tag_send_sync_nbx(ep_, data.data(), size, tag, &p)
                                           : loom_tag_send_nbx(ep_, data.data(), size, tag, &p);
             ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq)) << size << " sync " << sync;
-            WAIT_UNEXPECTED(tag);
+            // The message may or may not have reached the receiver by the deadline (rc in the
+            // VM is slow): the withdrawal follows it on the same lane and finds it either way.
             EXPECT_EQ(LOOM_ERR_TIMED_OUT, wait(sreq)) << "size " << size << " sync " << sync;
             loom_tag_recv_info_t pi{};
             EXPECT_EQ(nullptr, loom_tag_probe_nb(receiver_, tag, ~0ull, 0, &pi))
@@ -433,8 +434,8 @@ TEST_P(UcpTagTest, DeadlineOfAReceiveThatGetsEndsBothSidesAlike) {
             ++timed_out;
         }
     }
-    // Which way each went depends on whether the transport took every GET at once (all do
-    // here, so the stop is reached only when GETs queue: rc's bounded reads); printed.
+    // Which way each went depends on whether the transport took every GET at once (shm and
+    // tcp do; rc's bounded reads queue, and in the RDMA VM the largest one stops); printed.
     std::printf("# GET receives past their deadline: %d completed, %d timed out\n", completed, timed_out);
     send_recv(1 << 20, true, 0xb00);  // the endpoint goes on
 }
