@@ -464,7 +464,15 @@ const ProtoRange* am_select(const Ep* ep, std::uint32_t flags, bool contig, std:
     const ProtoRange* range = ep->protos->select(am_op(flags), contig, length);
     const std::size_t extra = header_length + ((flags & kAmSendReply) ? sizeof(std::uint64_t) : 0);
     if (range == nullptr || range->proto == &kAmRndv || extra == 0) return range;
-    return ep->protos->select(ProtoOp::am_eager, contig, length + extra);
+    range = ep->protos->select(ProtoOp::am_eager, contig, length + extra);
+    // Eager short sends a header with data, or a reply, as one bcopy behind the AmHdr
+    // (am_short_progress): where that is more than one bcopy holds, the non-contiguous
+    // class's ranges (bcopy up to its room, then fragments) serve it.
+    if (range != nullptr && range->proto == &kAmEagerShort &&
+        sizeof(AmHdr) + length + extra > ep->max_bcopy) {
+        range = ep->protos->select(ProtoOp::am_eager, false, length + extra);
+    }
+    return range;
 }
 
 AmHdr make_hdr(unsigned id, std::uint32_t flags, std::size_t header_length) {

@@ -9,6 +9,7 @@
 #include "common/forked_peer.h"
 #include "common/test_helpers.h"
 #include "loom/ucp.h"
+#include "ucp/core/ep.h"
 #include "ucp_pair.h"
 #include "ucp_side.h"
 
@@ -243,6 +244,24 @@ TEST_P(UcpAmTest, HeaderSizesUpToTheLimit) {
     std::vector<char> big(100000, 1), data(10, 2);
     loom_status_ptr_t refused = send(ep_, 1, big, data);
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, LOOM_PTR_STATUS(refused));
+}
+
+/**
+ * Header plus data around the AM lane's bcopy size (tcp: 64 KiB): each message goes whole
+ * in one bcopy or in fragments, never one byte over (the soak found a user header pushed
+ * a one-bcopy message 1-8 bytes past the transport's segment).
+ */
+TEST_P(UcpAmTest, HeaderAndDataAroundTheBcopySize) {
+    ASSERT_EQ(LOOM_OK, set_handler(receiver_, 1, &rec_));
+    auto* ep = reinterpret_cast<loom::ucp::Ep*>(ep_);
+    const std::size_t max_bcopy = ep->max_bcopy;
+    for (std::size_t hlen : {std::size_t{0}, std::size_t{8}, std::size_t{32}}) {
+        for (std::size_t total = max_bcopy - 24; total <= max_bcopy + 8; ++total) {
+            if (total < hlen) continue;
+            send_check(hlen, total - hlen);
+            send_check(hlen, total - hlen, LOOM_AM_SEND_FLAG_EAGER);
+        }
+    }
 }
 
 TEST_P(UcpAmTest, ReplyEndpoint) {
