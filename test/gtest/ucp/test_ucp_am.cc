@@ -147,9 +147,13 @@ protected:
         loom_request_param_t p{};
         p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
         p.flags = flags;
+        if (deadline_past_)
+            p.op_attr_mask |= LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
         return loom_am_send_nbx(ep, id, header.empty() ? nullptr : header.data(), header.size(),
                                 data.empty() ? nullptr : data.data(), data.size(), &p);
     }
+
+    bool deadline_past_ = false;  ///< send() gives every message a deadline already past
 
     /** Sends one message and checks what the handler got, byte for byte. */
     void send_check(std::size_t hlen, std::size_t size, std::uint32_t flags = 0) {
@@ -261,6 +265,19 @@ TEST_P(UcpAmTest, HeaderAndDataAroundTheBcopySize) {
             send_check(hlen, total - hlen);
             send_check(hlen, total - hlen, LOOM_AM_SEND_FLAG_EAGER);
         }
+    }
+}
+
+/**
+ * An active message is matched when its handler runs, on arrival: a deadline cannot take
+ * it back, so sends past theirs (eager and rendezvous) complete normally, data intact.
+ */
+TEST_P(UcpAmTest, DeadlineOfAnActiveMessageLetsItComplete) {
+    ASSERT_EQ(LOOM_OK, set_handler(receiver_, 1, &rec_));
+    deadline_past_ = true;
+    for (std::size_t size : {std::size_t{8}, std::size_t{9000}, std::size_t{100000}, std::size_t{1} << 20}) {
+        send_check(16, size);
+        send_check(16, size, LOOM_AM_SEND_FLAG_RNDV);
     }
 }
 

@@ -260,6 +260,36 @@ TEST_P(UcpRmaTest, PutGetEverySizeRegisteredMemory) {
     for (std::size_t size : kSizes) round_trip(m, k, size, 0, 0, seed++);
 }
 
+/**
+ * Puts, gets and a fetching atomic past their deadline (already past when posted): their
+ * data is in the transport's hands from the call, so they complete normally, data intact
+ * (docs/reliability.md, per-operation deadlines).
+ */
+TEST_P(UcpRmaTest, DeadlineOfRmaInFlightLetsItComplete) {
+    Mapped m = map((4 << 20) + 64, false);
+    loom_rkey_h k = rkey_of(m);
+    ASSERT_NE(nullptr, k);
+    loom_request_param_t past{};
+    past.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
+    for (std::size_t size : {std::size_t{8}, std::size_t{70000}, std::size_t{4} << 20}) {
+        auto data = pattern(size, 11);
+        ASSERT_EQ(LOOM_OK, put(data.data(), size, m.address, k, &past)) << size;
+        ASSERT_EQ(LOOM_OK, flush());
+        std::vector<std::uint8_t> back(size);
+        ASSERT_EQ(LOOM_OK, get(back.data(), size, m.address, k, &past)) << size;
+        EXPECT_EQ(0, std::memcmp(back.data(), data.data(), size)) << size;
+    }
+    std::uint64_t value = 5, reply = 0, start = 0;
+    std::memcpy(&start, m.address + 8, sizeof(start));
+    loom_request_param_t p = past;
+    p.op_attr_mask |= LOOM_OP_ATTR_FIELD_DATATYPE | LOOM_OP_ATTR_FIELD_REPLY_BUFFER;
+    p.datatype = loom_dt_make_contig(8);
+    p.reply_buffer = &reply;
+    ASSERT_EQ(LOOM_OK,
+              wait(loom_atomic_op_nbx(ep_, LOOM_ATOMIC_OP_ADD, &value, 1, addr(m.address + 8), k, &p)));
+    EXPECT_EQ(start, reply);
+}
+
 TEST_P(UcpRmaTest, PutGetEverySizeAllocatedMemory) {
     Mapped m = map((4 << 20) + 64, true);
     ASSERT_NE(nullptr, m.address);
