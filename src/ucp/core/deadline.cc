@@ -40,29 +40,28 @@ void Worker::deadline_forget(Request* req) {
 unsigned Worker::check_deadlines() {
     const ucs::Ticks now = ucs::get_time();
     if (now < next_deadline) return 0;
-    // Collect first: withdrawing a request may complete it, which edits the vector.
-    std::vector<Request*> due;
-    ucs::Ticks next = UINT64_MAX;
-    for (std::size_t i = 0; i < deadlines.size();) {
-        if (deadlines[i].at <= now) {
-            due.push_back(deadlines[i].req);
-            deadlines[i] = deadlines.back();
-            deadlines.pop_back();
-        } else {
-            next = std::min(next, deadlines[i].at);
-            ++i;
-        }
-    }
-    next_deadline = next;
-    for (Request* req : due) {
+    // One due request at a time, its entry dropped before it is withdrawn: withdrawing may
+    // run callbacks that complete (and free) other requests, whose entries complete()
+    // drops in turn, so nothing here ever holds a pointer to a request that is gone.
+    unsigned expired = 0;
+    for (;;) {
+        auto due = std::find_if(deadlines.begin(), deadlines.end(),
+                                [now](const DeadlineEntry& e) { return e.at <= now; });
+        if (due == deadlines.end()) break;
+        Request* req = due->req;
+        *due = deadlines.back();
+        deadlines.pop_back();
         req->has_deadline = 0;
         req->expired = 1;
+        ++expired;
         if (req->flags & kReqFlush) continue;  // check_flushes completes it, at the next progress
         for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
             if ((*f)->expire != nullptr && (*f)->expire(*this, *req)) break;
         }
     }
-    return static_cast<unsigned>(due.size());
+    next_deadline = UINT64_MAX;
+    for (const DeadlineEntry& e : deadlines) next_deadline = std::min(next_deadline, e.at);
+    return expired;
 }
 
 }  // namespace loom::ucp

@@ -441,6 +441,41 @@ TEST_P(UcpTagTest, DeadlineOfAReceiveThatGetsEndsBothSidesAlike) {
 }
 
 /**
+ * Deadlines that pass together, where the first one's callback ends the second operation
+ * (it closes the endpoint by force: a send freed by the application is released at once):
+ * the second is never touched after it is gone (the ASan build checks).
+ */
+TEST_P(UcpTagTest, DeadlineCallbackThatEndsAnotherExpiringRequest) {
+    struct Ctx {
+        loom_ep_h* ep;
+        loom_status_t status = LOOM_INPROGRESS;
+    } ctx{&ep_};
+    loom_request_param_t rp{};
+    rp.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE |
+                      LOOM_OP_ATTR_FIELD_CALLBACK | LOOM_OP_ATTR_FIELD_USER_DATA;
+    rp.user_data = &ctx;
+    rp.cb.recv = [](void*, loom_status_t status, const loom_tag_recv_info_t*, void* user) {
+        auto* c = static_cast<Ctx*>(user);
+        c->status = status;
+        force_close(*c->ep);
+        *c->ep = nullptr;
+    };
+    std::vector<char> out(8);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0xc0, ~0ull, &rp);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+    auto data = pattern(1 << 20, 12);
+    loom_request_param_t sp{};
+    sp.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 0xc1, &sp);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(sreq));
+    loom_request_free(sreq);  // released the moment it completes
+    ASSERT_TRUE(progress_until([&] { return ctx.status != LOOM_INPROGRESS; }, "the receive's deadline"));
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, ctx.status);
+    loom_request_free(rreq);
+    for (int i = 0; i < 100; ++i) progress();
+}
+
+/**
  * A flush past its deadline completes with timed_out and leaves what it waited for going
  * on; a close past its deadline closes by force: the send it waited for fails.
  */
