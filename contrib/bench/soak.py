@@ -107,7 +107,7 @@ def main():
     rng = random.Random(seed)
     tls = args.tls or [os.environ.get("LOOM_TLS", "tcp")]
     work = tempfile.mkdtemp(prefix="loom-soak.")
-    print(f"# soak: {args.procs} processes, {args.seconds:.0f} s, seed {seed}, "
+    print(f"# soak: {args.procs} processes, {args.seconds:.0f} s, seed {seed}, kinds {args.kinds}, "
           f"LOOM_TLS {' / '.join(tls)}, restarts every ~{args.restart_every:g} s; logs in {work}",
           flush=True)
 
@@ -301,7 +301,7 @@ def main():
     print(f"\nsoak: {'PASS' if ok else 'FAIL'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"procs": args.procs, "seconds": args.seconds, "seed": seed, "tls": tls,
+            json.dump({"procs": args.procs, "seconds": args.seconds, "seed": seed, "tls": tls, "kinds": args.kinds,
                        "kills": kills, "totals": total, "rss_ok": rss_ok, "rss": rss_rows,
                        "unexpected": unexpected + logs, "processes": per_proc, "pass": ok}, f, indent=1)
     if ok and not args.keep:

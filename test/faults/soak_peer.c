@@ -86,8 +86,8 @@ static const char* g_dir;
 static double g_bound = 30.0, g_start;
 static uint64_t g_rand;
 static int g_stopping;
-static const char* g_kinds = "tasr";
-static size_t g_tag_max = kTagMax; /* -T: the largest tagged message */ /* -k: the channels used (tag, am, stream, rma) */
+static const char* g_kinds = "tasr"; /* -k: the channels used (tag, am, stream, rma) */
+static size_t g_tag_max = kTagMax;   /* -T: the largest tagged message */
 
 static struct {
     uint64_t msgs_sent, bytes_sent, msgs_rcvd, bytes_rcvd;
@@ -1171,7 +1171,9 @@ int main(int argc, char** argv) {
     }
     if (g_tag_max < 8 || g_tag_max > kTagMax) g_tag_max = kTagMax;
     if (g_dir == NULL || g_n < 2 || g_n > kMaxPeers || g_id < 0 || g_id >= g_n || g_inc < 0 || g_inc >= kMaxInc) {
-        fprintf(stderr, "usage: %s -i ID -n NPROCS(2..%d) -g INCARNATION(0..%d) -d DIR [-s SEED] [-t BOUND] [-k tasr] [-T MAX]\n",
+        fprintf(stderr,
+                "usage: %s -i ID -n NPROCS(2..%d) -g INCARNATION(0..%d) -d DIR [-s SEED] [-t BOUND] "
+                "[-k tasr] [-T MAX]\n",
                 argv[0], kMaxPeers, kMaxInc - 1);
         return 2;
     }
