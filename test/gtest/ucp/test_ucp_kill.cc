@@ -14,7 +14,8 @@
  *   - survivor-count: the survivor kills it after a random number of its own progress calls;
  *   - survivor-delay: the survivor kills it after a random delay (microseconds).
  * Each case runs LOOMTEST_KILL_REPS times (3; 1 on rc), the modes rotating; every repetition prints
- * its mode and point, and LOOMTEST_KILL_SEED (default 1) changes every point.
+ * its mode and point, and LOOMTEST_KILL_SEED (default 1) changes every point
+ * (LOOMTEST_KILL_POINT forces one).
  *
  * After the kill, every outstanding request of the survivor completes within a bound:
  * with an error, or with LOOM_OK and the right data when it completed before the peer
@@ -75,6 +76,7 @@ struct Case {
     const char* scheme;       ///< LOOM_RNDV_SCHEME, or nullptr
     const char* rndv_thresh;  ///< LOOM_RNDV_THRESH, or nullptr
     unsigned window;          ///< operations the survivor keeps outstanding
+    bool late_fetch = false;  ///< Am, survivor receives: keep the descriptors, fetch once the sender died
 };
 
 // clang-format off
@@ -95,6 +97,7 @@ const Case kCases[] = {
     {"RndvAmPipelineSenderKilled", Kind::Tag,    false, 1 << 20,   "am",        nullptr, 4},
     {"AmRndvReceiverKilled",       Kind::Am,     true,  1 << 20,   nullptr,     nullptr, 4},
     {"AmRndvSenderKilled",         Kind::Am,     false, 1 << 20,   nullptr,     nullptr, 4},
+    {"AmRndvSenderKilledBeforeFetch", Kind::Am,  false, 1 << 20,   nullptr,     nullptr, 4, true},
     {"StreamReceiverKilled",       Kind::Stream, true,  256 << 10, nullptr,     nullptr, 4},
     {"StreamSenderKilled",         Kind::Stream, false, 256 << 10, nullptr,     nullptr, 4},
     {"RmaPutTargetKilled",         Kind::Put,    true,  1 << 20,   nullptr,     nullptr, 4},
@@ -325,6 +328,7 @@ public:
     std::set<std::uint64_t> fetched;  ///< values returned by completed atomics
     int ok = 0, failed = 0, bad_data = 0;
     bool closing = false;
+    loom_status_t close_status = LOOM_INPROGRESS;  ///< the close's, once complete
 
     static loom_status_t am_cb(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const loom_am_recv_param_t* param) {
@@ -333,16 +337,35 @@ public:
             ++self->bad_data;
             return LOOM_OK;
         }
+        std::uint64_t seq;
+        std::memcpy(&seq, header, sizeof(seq));
+        if (self->c_.late_fetch) {
+            self->kept.push_back({seq, data, length});
+            return LOOM_INPROGRESS;
+        }
+        self->fetch(seq, data, length);
+        return LOOM_OK;
+    }
+
+    /** Kept rendezvous descriptors: seq, descriptor, length. */
+    struct Kept {
+        std::uint64_t seq;
+        void* desc;
+        size_t length;
+    };
+    std::vector<Kept> kept;
+
+    /** Fetches an active message's rendezvous data. */
+    void fetch(std::uint64_t seq, void* data, size_t length) {
         Op op;
-        std::memcpy(&op.seq, header, sizeof(op.seq));
+        op.seq = seq;
         op.buf = std::make_unique<std::vector<char>>(length);
         size_t got = 0;
         loom_request_param_t p{};
         p.op_attr_mask = LOOM_OP_ATTR_FIELD_RECV_INFO;
         p.recv_info.length = &got;
-        op.req = loom_am_recv_data_nbx(self->me.worker, data, op.buf->data(), length, &p);
-        self->arrived.push_back(std::move(op));
-        return LOOM_OK;
+        op.req = loom_am_recv_data_nbx(me.worker, data, op.buf->data(), length, &p);
+        arrived.push_back(std::move(op));
     }
 
     /** Issues one more operation of the case (an error status counts as its completion). */
@@ -456,6 +479,7 @@ public:
     }
 
     void account(const Op& op, loom_status_t s) {
+        if (op.close) close_status = s;
         if (s != LOOM_OK) {
             ++failed;
             return;
@@ -550,7 +574,8 @@ void UcpKillTest::run_once(unsigned rep, Mode mode, unsigned point) {
                 for (unsigned i = 0; i < c.window; ++i) sv.issue();
                 sv.close();  // flush mode: waits for those sends
             }
-        } else if (!sv.ep_failed()) {
+        } else if (!sv.ep_failed() &&
+                   (c.survivor_sends || c.kind != Kind::Am)) {  // AM receives: the handler's
             // Senders stay at most two windows ahead of the peer's receives, so that its
             // unexpected queue stays small (past LOOM_UNEXPECTED_MAX the protocol would change).
             const bool throttled = c.survivor_sends && !is_rma(c.kind);
@@ -583,6 +608,13 @@ void UcpKillTest::run_once(unsigned rep, Mode mode, unsigned point) {
     ASSERT_FALSE(waiting()) << c.name << ": " << sv.ops.size() << " operations still outstanding and "
                             << me.errors << " error handler calls " << kBoundSeconds
                             << " s after the peer died (a hang)";
+    if (!sv.kept.empty()) {
+        // Descriptors kept past the sender's death: their fetch fails (or has the data).
+        for (const auto& k : sv.kept) sv.fetch(k.seq, k.desc, k.length);
+        sv.kept.clear();
+        while (waiting() && Clock::now() < bound) sv.progress();
+        ASSERT_FALSE(waiting()) << c.name << ": " << sv.ops.size() << " fetches of kept descriptors hang";
+    }
     for (int i = 0; i < 1000; ++i) sv.progress();
     for (Op& op : sv.ops) {
         if (!op.done && LOOM_PTR_IS_PTR(op.req)) loom_request_cancel(me.worker, op.req);
@@ -628,8 +660,9 @@ void UcpKillTest::run_once(unsigned rep, Mode mode, unsigned point) {
         EXPECT_NE(LOOM_ERR_TIMED_OUT, s) << "closing the failed endpoint hung";
     }
     if (sv.rkey != nullptr) loom_rkey_destroy(sv.rkey);
-    printf("[ KILL     ] %s/%s rep %u: %s at %u: %d ok, %d failed, error handler %d (%s)\n", tls, c.name, rep,
-           mode_name(mode), point, sv.ok, sv.failed, me.errors, loom_status_string(me.last_error));
+    printf("[ KILL     ] %s/%s rep %u: %s at %u: %d ok, %d failed, error handler %d (%s)%s%s\n", tls, c.name,
+           rep, mode_name(mode), point, sv.ok, sv.failed, me.errors, loom_status_string(me.last_error),
+           sv.closing ? "; close: " : "", sv.closing ? loom_status_string(sv.close_status) : "");
     // The worker and context go with sv.me (destroyed cleanly; ASan checks what is left).
 }
 
@@ -649,15 +682,65 @@ TEST_P(UcpKillTest, EveryRequestCompletes) {
         std::mt19937_64 rng(key ^ (std::uint64_t{base} << 32) ^ rep);
         const Mode mode = static_cast<Mode>((key + rep) % 4);
         // Points spread over a few milliseconds of traffic: many messages of every case.
-        const unsigned point = mode == Mode::SurvivorDelay ? static_cast<unsigned>(rng() % 10000)  // us
-                               : mode == Mode::PeerStep    ? 0
-                                                           : static_cast<unsigned>(rng() % 1000);  // progress calls
+        const unsigned drawn = mode == Mode::SurvivorDelay ? static_cast<unsigned>(rng() % 10000)  // us
+                               : mode == Mode::PeerStep
+                                   ? 0
+                                   : static_cast<unsigned>(rng() % 1000);  // progress calls
+        // LOOMTEST_KILL_POINT replaces the drawn point (to reproduce or to probe one).
+        const unsigned point = env_unsigned("LOOMTEST_KILL_POINT", drawn);
         SCOPED_TRACE(testing::Message() << "rep " << rep << ", " << mode_name(mode) << " at " << point
                                         << " (LOOMTEST_KILL_SEED=" << base << ")");
         run_once(rep, mode, point);
         if (HasFatalFailure()) return;
     }
 }
+
+class UcpKillCloseTest : public testing::TestWithParam<const char*> {};
+
+/**
+ * DISABLED: a Loom bug. A close in flush mode whose flush the peer's death ends reports
+ * LOOM_OK, though the sends it waited for failed (docs/reliability.md: every send, flush
+ * and close request of a failed endpoint completes with the failure's status). The flush
+ * issued just before it does report the failure. Worker::check_flushes
+ * (src/ucp/core/worker.cc) takes the endpoint's failure as the status, then a close
+ * overwrites it with Status::ok. CloseReceiverKilled above prints this close status.
+ */
+TEST_P(UcpKillCloseTest, DISABLED_CloseWhoseFlushThePeersDeathEndsReportsTheFailure) {
+    const char* tls = GetParam();
+    ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls) || !me.meet_parent(ch) || !warm_up(me, false)) return 1;
+        me.progress_until([] { return false; }, kPeerLifeSeconds);  // receives nothing; killed meanwhile
+        return 2;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    ASSERT_TRUE(me.meet_child(peer.channel(), true));
+    ASSERT_TRUE(warm_up(me, true));
+    auto data = pattern(1 << 20, 1);
+    loom_status_ptr_t send = loom_tag_send_nbx(me.ep, data.data(), data.size(), 5, nullptr);  // rendezvous
+    loom_status_ptr_t flush = loom_ep_flush_nbx(me.ep, nullptr);
+    loom_status_ptr_t close = loom_ep_close_nbx(me.ep, nullptr);
+    me.ep = nullptr;
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(send) && LOOM_PTR_IS_PTR(flush) && LOOM_PTR_IS_PTR(close))
+        << "nobody received the send: it, the flush and the close must wait";
+    peer.kill(SIGKILL);
+    EXPECT_EQ(-SIGKILL, peer.wait());
+    loom_status_t s = me.wait_with(send, loom_request_check_status, kBoundSeconds);
+    loom_status_t f = me.wait_with(flush, loom_request_check_status, kBoundSeconds);
+    loom_status_t c = me.wait_with(close, loom_request_check_status, kBoundSeconds);
+    EXPECT_NE(LOOM_OK, s);
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, s);
+    EXPECT_NE(LOOM_OK, f) << "the flush waited for a send that failed";
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, f);
+    EXPECT_NE(LOOM_OK, c) << "the close's flush waited for a send that failed: " << loom_status_string(c);
+    EXPECT_NE(LOOM_ERR_TIMED_OUT, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpKillCloseTest, testing::Values("shm", "tcp"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                             return std::string(info.param);
+                         });
 
 std::vector<Param> params(const std::vector<const char*>& tls) {
     std::vector<Param> out;
