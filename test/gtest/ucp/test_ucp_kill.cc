@@ -60,7 +60,7 @@ constexpr int kPeerLifeSeconds = 60;    ///< a peer nobody killed gives up
  * The survivor kills its peer after this much traffic at the latest, whatever the point:
  * a progress call that moves megabytes takes milliseconds on a loaded machine.
  */
-constexpr auto kMaxTraffic = std::chrono::seconds(1);
+constexpr auto kMaxTraffic = std::chrono::milliseconds(300);
 constexpr loom_tag_t kTagBase = 1000;   ///< message seq goes with tag kTagBase + seq
 constexpr unsigned kAmId = 1;
 constexpr unsigned kSlots = 8;          ///< distinct send patterns: message seq uses pattern seq % kSlots
