@@ -394,8 +394,11 @@ unsigned Worker::check_flushes() {
             if (req.flags & kReqClose) ep_close_now(ep, true);
             status = Status::timed_out;
         } else if (req.flags & kReqClose) {
+            // A close whose endpoint failed while it flushed reports the failure, as every
+            // request of a failed endpoint does (docs/reliability.md).
+            const bool failed = ep->flags & kEpFailed;
             ep_close_now(ep, false);
-            status = Status::ok;
+            if (!failed) status = Status::ok;
         }
         complete(&req, status);
         ++done;
