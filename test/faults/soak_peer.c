@@ -1129,6 +1129,9 @@ static void teardown(void) {
         if (p->rkey != NULL) loom_rkey_destroy(p->rkey);
         conn_close(p->conn, p->state != kUp || p->conn->failures > 0); /* a live one flushes first */
         if (p->next != NULL) conn_close(p->next, 1);
+        p->conn = p->next = NULL;
+        p->rkey = NULL;
+        p->state = kDown; /* (the final counters list no peers) */
     }
     for (k = 0; k < (int)(sizeof(g_accepted) / sizeof(g_accepted[0])); ++k) {
         if (g_accepted[k] != NULL) conn_close(g_accepted[k], 1);
