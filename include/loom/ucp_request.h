@@ -66,8 +66,9 @@ enum {
      * CLOCK_MONOTONIC time). Looked at from loom_worker_progress. What an operation can
      * still withdraw at its deadline, and what its peer sees, is in docs/reliability.md:
      * a receive not matched yet, a tagged send its receiver has not matched (withdrawn, as
-     * loom_request_cancel does), a flush (the operations it waited for go on) and a close
-     * (the endpoint closes by force). An operation already matched, or whose data the
+     * loom_request_cancel does), a stream receive (with the bytes it took), a stream send
+     * the receiver's window holds back, a flush (the operations it waited for go on) and a
+     * close (the endpoint closes by force). An operation already matched, or whose data the
      * transport holds, completes normally: its peer has it or is taking it.
      */
     LOOM_OP_ATTR_FIELD_DEADLINE = 1u << 9,

@@ -7,7 +7,8 @@
  *   - a flush or close: check_flushes completes it (a close closes by force), without
  *     waiting for the endpoints any more;
  *   - anything else: the families' expire hooks (a tagged receive not matched yet, a
- *     tagged send the receiver has not matched, a stream receive).
+ *     tagged send the receiver has not matched, a stream receive, a stream send held by
+ *     the receiver's window); a receive's rendezvous GETs stop issuing (rndv_recv.cc).
  *
  * What no hook withdraws (already matched, or its data in the transport's hands)
  * completes normally: the peer has it or is taking it. docs/reliability.md says what
