@@ -336,7 +336,7 @@ RcIface::~RcIface() {
     cm_close_listeners();
     // Endpoints first (their QPs reference the CQs and the SRQ), without waiting for anything.
     for (RcEp* ep : eps_) {
-        discard_ops(ep);
+        discard_ops(ep, false);
         // Peers learn at once that the connection is gone (rdma_cm); verbs peers by their retries.
         if (ep->cold->cm_id != nullptr && ep->cold->cm_state == CmState::connected) {
             (void)rdma_disconnect(ep->cold->cm_id);
@@ -595,10 +595,16 @@ Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive) {
     return ep;
 }
 
-void RcIface::discard_ops(RcEp* ep) {
+void RcIface::discard_ops(RcEp* ep, bool complete) {
     while (TxOp* op = ep->ops.pop_front()) {
-        if (op->kind == TxOpKind::iface_flush) finish_flush_part(op->flush, Status::ok);
-        ucs::MemPool::owner(op)->put(op);
+        if (op->kind == TxOpKind::iface_flush) {
+            finish_flush_part(op->flush, Status::ok);  // nothing of this endpoint is left to flush
+            op_pool.put(op);
+        } else if (complete) {
+            finish_op(op, Status::canceled);  // may run the user's code: the endpoint is out of every list
+        } else {
+            ucs::MemPool::owner(op)->put(op);
+        }
     }
     ep->pending.clear();
 }
@@ -621,7 +627,7 @@ void RcIface::close_ep(RcEp* ep) {
     std::erase(draining_, ep);
     std::erase(unconfirmed_, ep);
     std::erase(eps_, ep);
-    discard_ops(ep);
+    discard_ops(ep, true);
     release_rx(ep);
     bool cm_connected = ep->cold->cm_state == CmState::connected;
     cm_set_state(ep, CmState::closed);

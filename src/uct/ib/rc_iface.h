@@ -212,7 +212,12 @@ private:
 
     // endpoint objects and receive buffers (rc_iface.cc)
     Result<RcEp*> new_ep(const EpParams& params, bool passive);
-    void discard_ops(RcEp* ep);
+    /**
+     * Drops @p ep's operations in flight. With @p complete their completions run with
+     * canceled (an endpoint destroyed by its user: what tcp and shm do, so the layer above
+     * frees what it tracks them with); without, silently (the iface itself goes away).
+     */
+    void discard_ops(RcEp* ep, bool complete);
     void close_ep(RcEp* ep);
     void delete_ep(RcEp* ep);
     /** Frees an endpoint whose creation failed half-way (never seen by the user). */
