@@ -365,10 +365,15 @@ private:
         Status s = side_.retry([&] { return ep_am_short(side_.ep(), kAmDone, 0, nullptr, 0); });
         if (s != Status::ok) return failed("done message", s);
         Plan& p = plan_;
-        bool ok = side_.progress_until([&] {
-            return inbox_.peer_done && inbox_.count[kShort] >= p.short_sizes.size() &&
-                   inbox_.count[kBcopy] >= p.bcopy_sizes.size() && inbox_.count[kZcopy] >= p.zcopy_sizes.size();
-        });
+        // The peer runs the same script; under emulation with sanitizers (and siw's accept
+        // window widened) it may finish well after this side.
+        bool ok = side_.progress_until(
+            [&] {
+                return inbox_.peer_done && inbox_.count[kShort] >= p.short_sizes.size() &&
+                       inbox_.count[kBcopy] >= p.bcopy_sizes.size() &&
+                       inbox_.count[kZcopy] >= p.zcopy_sizes.size();
+            },
+            std::chrono::seconds(30));
         if (!ok) {
             std::ostringstream os;
             os << "timed out waiting for the peer: done " << inbox_.peer_done << ", short " << inbox_.count[kShort]
