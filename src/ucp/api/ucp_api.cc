@@ -50,6 +50,12 @@ loom_status_t guarded(F&& f) {
 /** How long a client's loom_ep_create waits for the server's answer. */
 constexpr int kConnectTimeoutMs = 10000;
 
+/** A NULL worker handed to @p call: logged, invalid_param. */
+LOOM_COLD Status null_worker(const char* call) {
+    LOOM_LOG_ERROR("ucp: {}: NULL worker", call);
+    return Status::invalid_param;
+}
+
 void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag, const loom_request_param_t* p,
                bool sync) {
     Ep* ep = E(ep_h);
@@ -64,6 +70,7 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
     // transport takes it at once.
     if (LOOM_LIKELY(dt == dt_make_contig(1) && !sync && count < ep->tag_short_limit &&
                     ep->num_pending == 0 && !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL))) {
+        if (LOOM_UNLIKELY(buffer == nullptr) && count != 0) return status_ptr(DtState::null_buffer(true));
         Status s = uct::ep_am_short(ep->am_ep, kAmEagerOnly, tag, buffer, static_cast<unsigned>(count));
         if (LOOM_LIKELY(s == Status::ok)) return nullptr;
         if (s != Status::no_resource) return status_ptr(s);
@@ -532,6 +539,12 @@ static void* tag_recv(Worker& w, void* buffer, size_t count, UnexpDesc* desc, Ta
 
 loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t count, loom_tag_t tag,
                                     loom_tag_t tag_mask, const loom_request_param_t* param) {
+    if (LOOM_UNLIKELY(worker == nullptr)) return status_ptr(null_worker("loom_tag_recv_nbx"));
+    // A buffer the receive would fault on is refused before a message is matched to it
+    // (which would take the message out of the unexpected queue).
+    if (LOOM_UNLIKELY((buffer == nullptr && count != 0) || dt_of(param) != dt_make_contig(1))) {
+        if (Status s = dt_check_buffer(dt_of(param), buffer, count); s != Status::ok) return status_ptr(s);
+    }
     Worker& w = *W(worker);
     WorkerGuard guard(w);
     TagUnexpEntry* entry = tag_of(w).tm.probe(tag, tag_mask, true);
@@ -542,6 +555,10 @@ loom_status_ptr_t loom_tag_recv_nbx(loom_worker_h worker, void* buffer, size_t c
 
 loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_tag_t tag_mask, int remove,
                                      loom_tag_recv_info_t* info) {
+    if (worker == nullptr) {
+        (void)null_worker("loom_tag_probe_nb");
+        return nullptr;
+    }
     TagRecvInfo i;
     WorkerGuard guard(*W(worker));
     UnexpDesc* desc = tag_probe(*W(worker), tag, tag_mask, remove != 0, &i);
@@ -551,6 +568,7 @@ loom_tag_message_h loom_tag_probe_nb(loom_worker_h worker, loom_tag_t tag, loom_
 
 loom_status_ptr_t loom_tag_msg_recv_nbx(loom_worker_h worker, void* buffer, size_t count, loom_tag_message_h message,
                                         const loom_request_param_t* param) {
+    if (worker == nullptr) return status_ptr(null_worker("loom_tag_msg_recv_nbx"));
     if (message == nullptr) return status_ptr(Status::invalid_param);
     auto* desc = reinterpret_cast<UnexpDesc*>(message);
     WorkerGuard guard(*W(worker));

@@ -25,22 +25,54 @@ Status dt_check(Datatype dt) {
     }
 }
 
+Status dt_check_buffer(Datatype dt, void* buffer, std::size_t count) {
+    if (Status s = dt_check(dt); s != Status::ok) return s;
+    if ((dt & kDtClassMask) == kDtGeneric) return Status::ok;
+    DtState st;
+    return st.start_unpack(dt, buffer, count);  // contig and iov take nothing to release
+}
+
+Status DtState::null_buffer(bool packing) {
+    LOOM_LOG_ERROR("ucp: {} with a NULL buffer and a nonzero count", packing ? "send" : "receive");
+    return Status::invalid_param;
+}
+
 Status DtState::start_slow(bool packing) {
     generic_state = nullptr;
     iov_index = 0;
     iov_offset = 0;
+    const char* what = packing ? "send" : "receive";
     switch (dt & kDtClassMask) {
     case kDtContig: {
         const std::size_t elem = dt >> 3;
-        if (elem == 0 || (count != 0 && elem > SIZE_MAX / count)) return Status::invalid_param;
+        if (elem == 0 || (count != 0 && elem > SIZE_MAX / count)) {
+            LOOM_LOG_ERROR("ucp: {} of {} elements of {} bytes: the length overflows", what, count, elem);
+            return Status::invalid_param;
+        }
+        if (buffer == nullptr && count != 0) return null_buffer(packing);
         length = elem * count;
         return Status::ok;
     }
     case kDtIov: {
         const auto* iov = static_cast<const DtIov*>(buffer);
-        if (iov == nullptr && count != 0) return Status::invalid_param;
+        if (iov == nullptr && count != 0) {
+            LOOM_LOG_ERROR("ucp: {} of an iov of {} entries at NULL", what, count);
+            return Status::invalid_param;
+        }
         length = 0;
-        for (std::size_t i = 0; i < count; ++i) length += iov[i].length;
+        for (std::size_t i = 0; i < count; ++i) {
+            if (iov[i].buffer == nullptr && iov[i].length != 0) {
+                LOOM_LOG_ERROR("ucp: {} of an iov whose entry {} is NULL with a length of {}", what, i,
+                               iov[i].length);
+                return Status::invalid_param;
+            }
+            if (iov[i].length > SIZE_MAX - length) {
+                LOOM_LOG_ERROR("ucp: {} of an iov of {} entries whose lengths overflow size_t at entry {}",
+                               what, count, i);
+                return Status::invalid_param;
+            }
+            length += iov[i].length;
+        }
         return Status::ok;
     }
     case kDtGeneric: {

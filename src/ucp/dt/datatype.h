@@ -57,6 +57,13 @@ Status dt_check(Datatype dt);
  * bytes; pack()/unpack() move bytes at a byte offset of the packed stream. Contiguous
  * data is the inline fast path; iov and generic are out of line.
  */
+/**
+ * Whether @p count elements of @p dt at @p buffer can be sent or received: the checks of
+ * DtState's start (NULL buffers, iov entries, overflowing lengths), logged; generic
+ * datatypes are their owner's to check. ok or invalid_param.
+ */
+Status dt_check_buffer(Datatype dt, void* buffer, std::size_t count);
+
 struct DtState {
     Datatype dt = 0;
     void* buffer = nullptr;
@@ -77,7 +84,7 @@ struct DtState {
         generic_state = nullptr;
         if (LOOM_LIKELY(type == dt_make_contig(1))) {
             length = cnt;
-            return Status::ok;
+            return LOOM_LIKELY(buf != nullptr || cnt == 0) ? Status::ok : null_buffer(true);
         }
         return start_slow(true);
     }
@@ -90,7 +97,7 @@ struct DtState {
         generic_state = nullptr;
         if (LOOM_LIKELY(type == dt_make_contig(1))) {
             length = cnt;
-            return Status::ok;
+            return LOOM_LIKELY(buf != nullptr || cnt == 0) ? Status::ok : null_buffer(false);
         }
         return start_slow(false);
     }
@@ -121,6 +128,9 @@ struct DtState {
     LOOM_ALWAYS_INLINE void finish() {
         if (LOOM_UNLIKELY(generic_state != nullptr)) finish_slow();
     }
+
+    /** A NULL buffer with a nonzero count: logged, invalid_param (the copy would fault). */
+    LOOM_COLD static Status null_buffer(bool pack);
 
 private:
     Status start_slow(bool pack);

@@ -683,6 +683,46 @@ TEST_P(UcpTagTest, IovSendAndReceive) {
     }
 }
 
+/**
+ * Buffers the copy would fault on are refused with a clear error before anything moves: a
+ * NULL buffer with a nonzero count (send, sync send, receive, at every protocol's size), an
+ * iov with a NULL entry or whose lengths overflow size_t, a receive on a NULL worker (all
+ * crashed or sent a wrapped length before). The endpoint stays usable.
+ */
+TEST_P(UcpTagTest, InvalidBuffersAreRefusedWithAClearError) {
+    auto refused = [&](loom_status_ptr_t r) { return wait(r) == LOOM_ERR_INVALID_PARAM; };
+    loom::test::LogCapture log("error");
+    for (std::size_t size : {8, 20000, 300000}) {
+        EXPECT_TRUE(refused(loom_tag_send_nbx(ep_, nullptr, size, 1, nullptr))) << size;
+        EXPECT_TRUE(refused(loom_tag_send_sync_nbx(ep_, nullptr, size, 1, nullptr))) << size;
+        EXPECT_TRUE(refused(loom_tag_recv_nbx(receiver_, nullptr, size, 1, ~0ull, nullptr))) << size;
+    }
+    EXPECT_EQ(9, log.count("with a NULL buffer and a nonzero count"));
+    EXPECT_TRUE(refused(loom_tag_recv_nbx(nullptr, nullptr, 0, 1, ~0ull, nullptr)));
+    EXPECT_EQ(1, log.count("loom_tag_recv_nbx: NULL worker"));
+    char buf[16] = {};
+    loom_request_param_t iov_param{};
+    iov_param.op_attr_mask = LOOM_OP_ATTR_FIELD_DATATYPE;
+    iov_param.datatype = loom_dt_make_iov();
+    loom_dt_iov_t null_entry[2] = {{buf, 4}, {nullptr, 10}};
+    loom_dt_iov_t wrapping[2] = {{buf, SIZE_MAX}, {buf, 2}};  // sums to 1
+    for (loom_dt_iov_t* iov : {null_entry, wrapping}) {
+        EXPECT_TRUE(refused(loom_tag_send_nbx(ep_, iov, 2, 1, &iov_param)));
+        EXPECT_TRUE(refused(loom_tag_recv_nbx(receiver_, iov, 2, 1, ~0ull, &iov_param)));
+    }
+    EXPECT_EQ(2, log.count("entry 1 is NULL with a length of 10"));
+    EXPECT_EQ(2, log.count("lengths overflow size_t at entry 1"));
+    // Zero bytes from NULL are fine, and the endpoint goes on.
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_send_nbx(ep_, nullptr, 0, 2, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, nullptr, 0, 2, ~0ull, nullptr)));
+    auto data = pattern(20000, 5);
+    std::vector<char> out(data.size());
+    loom_status_ptr_t sreq = loom_tag_send_nbx(ep_, data.data(), data.size(), 3, nullptr);
+    EXPECT_EQ(LOOM_OK, wait(loom_tag_recv_nbx(receiver_, out.data(), out.size(), 3, ~0ull, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(sreq));
+    EXPECT_EQ(data, out);
+}
+
 /** A generic datatype: every other byte of the user buffer (a strided vector). */
 struct Strided {
     char* buf;
