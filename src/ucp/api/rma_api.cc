@@ -183,6 +183,10 @@ loom_status_t loom_mem_map(loom_context_h context, const loom_mem_map_params_t* 
         LOOM_LOG_ERROR("ucp: loom_mem_map needs a nonzero length (LOOM_MEM_MAP_PARAM_FIELD_LENGTH)");
         return LOOM_ERR_INVALID_PARAM;
     }
+    if (address != nullptr && reinterpret_cast<std::uintptr_t>(address) > UINTPTR_MAX - length) {
+        LOOM_LOG_ERROR("ucp: loom_mem_map: {} bytes at {} wrap around the address space", length, address);
+        return LOOM_ERR_INVALID_PARAM;
+    }
     if (!allocate && address == nullptr) {
         LOOM_LOG_ERROR(
             "ucp: loom_mem_map needs an address (LOOM_MEM_MAP_PARAM_FIELD_ADDRESS) or "

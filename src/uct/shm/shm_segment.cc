@@ -79,6 +79,14 @@ std::string posix_segment_name(const SegmentId& id) {
 
 Result<Segment> Segment::create(std::size_t size, SegmentKind kind, void* fixed_address) {
     if (size == 0) return Status::invalid_param;
+    // tmpfs and memfd pages are memory (or swap): a segment larger than the machine's memory
+    // would be sized, then populated until the OOM killer steps in, instead of failing.
+    const auto memory = static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * page_size();
+    if (size > memory) {
+        LOOM_LOG_ERROR("a shared segment of {} bytes is larger than this machine's memory ({} bytes)", size,
+                       memory);
+        return Status::no_memory;
+    }
     if (reinterpret_cast<std::uintptr_t>(fixed_address) % page_size() != 0) {
         LOOM_LOG_ERROR("a shared segment at {}: the address is not page aligned", fixed_address);
         return Status::invalid_param;

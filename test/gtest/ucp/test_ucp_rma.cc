@@ -345,6 +345,33 @@ TEST_P(UcpRmaTest, FixedAllocationIsAtTheAddressAndNeverOverAnother) {
     EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_mem_map(ctx_, &p, &clash));
 }
 
+/**
+ * Mappings no machine can give are refused at once, with a clear error: an allocation of
+ * 1 TiB (shm sized a segment that large and populated it until memory ran out) and a
+ * range that wraps around the address space (accepted on shm and self).
+ */
+TEST_P(UcpRmaTest, ImpossibleMappingsAreRefused) {
+    loom::test::LogCapture log("error");
+    loom_mem_map_params_t p{};
+    p.field_mask = LOOM_MEM_MAP_PARAM_FIELD_LENGTH | LOOM_MEM_MAP_PARAM_FIELD_FLAGS;
+    p.length = std::size_t{1} << 40;
+    p.flags = LOOM_MEM_MAP_ALLOCATE;
+    loom_mem_h memh = nullptr;
+    EXPECT_EQ(LOOM_ERR_NO_MEMORY, loom_mem_map(ctx_, &p, &memh));
+    EXPECT_EQ(nullptr, memh);
+    char byte = 0;
+    p.field_mask = LOOM_MEM_MAP_PARAM_FIELD_ADDRESS | LOOM_MEM_MAP_PARAM_FIELD_LENGTH;
+    p.address = &byte;
+    p.length = SIZE_MAX - 8;
+    EXPECT_EQ(LOOM_ERR_INVALID_PARAM, loom_mem_map(ctx_, &p, &memh));
+    EXPECT_EQ(nullptr, memh);
+    EXPECT_EQ(1, log.count("wrap around the address space"));
+    // What is possible still maps.
+    p.length = 1;
+    ASSERT_EQ(LOOM_OK, loom_mem_map(ctx_, &p, &memh));
+    maps_.push_back(memh);
+}
+
 TEST_P(UcpRmaTest, UnalignedOffsets) {
     Mapped m = map((1 << 20) + 64, false);
     loom_rkey_h k = rkey_of(m);
