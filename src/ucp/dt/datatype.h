@@ -106,7 +106,8 @@ struct DtState {
     LOOM_ALWAYS_INLINE std::size_t pack(std::size_t offset, void* dest, std::size_t max) {
         if (LOOM_LIKELY(contig())) {
             std::size_t n = length - offset < max ? length - offset : max;
-            std::memcpy(dest, static_cast<const char*>(buffer) + offset, n);
+            // Zero bytes from a NULL buffer are a valid message; memcpy's arguments must not be NULL.
+            if (LOOM_LIKELY(n != 0)) std::memcpy(dest, static_cast<const char*>(buffer) + offset, n);
             return n;
         }
         return pack_slow(offset, dest, max);
@@ -118,7 +119,7 @@ struct DtState {
      */
     LOOM_ALWAYS_INLINE Status unpack(std::size_t offset, const void* src, std::size_t len) {
         if (LOOM_LIKELY(contig())) {
-            std::memcpy(static_cast<char*>(buffer) + offset, src, len);
+            if (LOOM_LIKELY(len != 0)) std::memcpy(static_cast<char*>(buffer) + offset, src, len);
             return Status::ok;
         }
         return unpack_slow(offset, src, len);
