@@ -392,15 +392,11 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
             ep->cold->flush_rkey = priv.flush_rkey;
         }
         cm_set_state(ep, CmState::connected);
+        connected(ep, window);
         if (iwarp_ && initiator) {
-            // See probe_acceptors: our first frames may wait unread in the acceptor's socket,
-            // so a probe goes first and the sends wait (no_resource, pending) for its answer.
-            ep->cold->hold_sends = true;
-            ep->cold->peer_window = window;
-            ep->cold->probe_at = std::chrono::steady_clock::now();
+            // See probe_acceptors: our first frames may wait unread in the acceptor's socket.
+            ep->cold->probe_at = std::chrono::steady_clock::now() + kProbeFirst;
             unconfirmed_.push_back(ep);
-        } else {
-            connected(ep, window);
         }
         if (ep->cold->on_connect != nullptr) {
             // Client: the server's private data; server: it had the client's in the request.
@@ -669,7 +665,6 @@ Status RcIface::ep_release_sends(Ep* tl_ep) {
         LOOM_LOG_ERROR("rc/{}: ep_release_sends: the endpoint is not connected", resource().dev_name);
         return Status::invalid_param;
     }
-    if (use_rdmacm_) return Status::ok;  // held for the acceptor's probe: released by its answer
     ep->cold->hold_sends = false;
     if (ep->flags & (kEpFailed | kEpClosing)) return resource_status(ep);
     connected(ep, ep->cold->peer_window);
@@ -678,8 +673,7 @@ Status RcIface::ep_release_sends(Ep* tl_ep) {
 
 void RcIface::connected(RcEp* ep, std::uint16_t peer_window) {
     ep->flags |= kEpConnected;
-    // Less what is in flight: an iWARP initiator's probes went out before (probe_acceptors).
-    ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_ - (ep->tx_sn - ep->acked_sn));
+    ep->sq_avail = static_cast<std::int32_t>(tx_queue_len_);
     ep->fc_credits = static_cast<std::int16_t>(std::min<std::uint32_t>(peer_window, INT16_MAX));
     if (ep->flags & kEpGrantDue) send_control(ep);
     if (!ep->pending.empty()) arbiter_add(ep);

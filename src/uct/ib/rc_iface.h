@@ -100,12 +100,8 @@ public:
 
     /** iWARP initiators: the first probe of the acceptor, after the connection is established. */
     static constexpr std::chrono::milliseconds kProbeFirst{1};
-    /**
-     * iWARP initiators: each probe waits twice as long as the one before, up to this; probes go
-     * on until one is answered or the endpoint fails (a fixed number of them gave up while an
-     * acceptor under emulation was still in its accept window: a connection stuck for good).
-     */
-    static constexpr std::chrono::milliseconds kProbeMaxWait{1024};
+    /** iWARP initiators: probes at most, each after twice the previous wait (1 ms ... 2 s, 4 s in all). */
+    static constexpr std::uint8_t kProbeMax = 12;
 
     /** Receive buffers an endpoint reserves beyond its window: room for the two grants that can be
      * unconsumed. */

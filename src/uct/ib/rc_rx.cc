@@ -717,7 +717,8 @@ Status RcIface::ep_check(RcEp* ep, std::uint64_t timeout_ns) {
 
 bool RcIface::probe_wanted(const RcEp* ep) {
     if (ep->flags & (kEpFailed | kEpClosing)) return false;
-    return !probe_answered(ep);
+    if (probe_answered(ep)) return false;
+    return ep->tx_sn != 0 && ep->cold->probes < kProbeMax;
 }
 
 /*
@@ -730,50 +731,31 @@ bool RcIface::probe_wanted(const RcEp* ep) {
  * An RDMA read cannot be answered before everything sent ahead of it has been read, so
  * one read that completes proves the acceptor reads this connection; a read that arrives
  * after the window also makes it read what waited before it. The probe is a flush marker
- * (a read of the acceptor's flush word), posted once the connection is established, and
- * again after 1, 2, 4, ... ms (then every second) until one is answered. MPA forbids the
- * acceptor to send first, so it cannot announce itself instead.
- *
- * Until a probe is answered the endpoint holds its sends (no_resource, the pending queue):
- * what waits unread must stay small. Data sent into the window fills the acceptor's socket
- * buffer, TCP's window closes, and then no later frame, probe or not, can arrive to wake
- * the acceptor: the connection stalls for good (seen with the window widened by bpftrace,
- * a flush that never completed). Holding costs one round trip before the first send of an
- * iWARP connection.
+ * (a read of the acceptor's flush word), posted a millisecond after the connection is
+ * established or at the first progress after the first request, whichever is later, and
+ * again after 2, 4, ... ms while none has been answered. MPA forbids the acceptor to send
+ * first, so it cannot announce itself instead.
  */
 void RcIface::probe_acceptors(std::chrono::steady_clock::time_point now) {
     for (std::size_t i = 0; i < unconfirmed_.size();) {
         RcEp* ep = unconfirmed_[i];
         const bool answered = probe_answered(ep);
-        if (answered || (ep->flags & (kEpFailed | kEpClosing))) {
+        if (answered || (ep->flags & (kEpFailed | kEpClosing)) || ep->cold->probes >= kProbeMax) {
             if (answered && ep->cold->probes > 1) {
                 LOOM_LOG_DEBUG("rc/{}: QP {:#x}: the acceptor {} answered probe {}", resource().dev_name,
                                ep->qp_num, ep->cold->peer, ep->cold->probes);
             }
             unconfirmed_[i] = unconfirmed_.back();
             unconfirmed_.pop_back();
-            if (answered && ep->cold->hold_sends) {
-                ep->cold->hold_sends = false;
-                connected(ep, ep->cold->peer_window);  // the held sends go (pending queue, arbiter)
-            }
             continue;
         }
         ++i;
-        // Held, nothing but probes is in flight; room for one more unless the send queue is full of them.
-        if (now < ep->cold->probe_at || ep->tx_sn - ep->acked_sn >= tx_queue_len_ || cq_avail <= 0) continue;
+        if (ep->tx_sn == 0 || now < ep->cold->probe_at || ep->sq_avail <= 0 || cq_avail <= 0) continue;
         if (post_flush_marker(ep) != Status::ok) continue;  // logged; the endpoint fails
         ep->cold->probe_sn = ep->tx_sn;
-        ep->cold->probe_at =
-            now + std::min<std::chrono::milliseconds>(
-                      kProbeFirst * (1u << std::min<unsigned>(ep->cold->probes, 10)), kProbeMaxWait);
-        if (ep->cold->probes < 255) ++ep->cold->probes;
-        if (ep->cold->probes ==
-            13) {  // 3 s after the first: say so once, it explains a stalled first transfer
-            LOOM_LOG_WARN(
-                "rc/{}: QP {:#x}: the acceptor {} has not read this connection for 3 s; probing it every "
-                "second",
-                resource().dev_name, ep->qp_num, ep->cold->peer);
-        } else if (ep->cold->probes > 1) {
+        ++ep->cold->probes;
+        ep->cold->probe_at = now + kProbeFirst * (1u << ep->cold->probes);
+        if (ep->cold->probes > 1) {
             LOOM_LOG_DEBUG("rc/{}: QP {:#x}: no answer from the acceptor {} yet; probe {}", resource().dev_name,
                            ep->qp_num, ep->cold->peer, ep->cold->probes);
         }
