@@ -53,17 +53,17 @@ inline GenericDt* dt_generic(Datatype dt) { return reinterpret_cast<GenericDt*>(
 Status dt_check(Datatype dt);
 
 /**
- * One buffer of one datatype being packed or unpacked. start() computes the length in
- * bytes; pack()/unpack() move bytes at a byte offset of the packed stream. Contiguous
- * data is the inline fast path; iov and generic are out of line.
- */
-/**
  * Whether @p count elements of @p dt at @p buffer can be sent or received: the checks of
  * DtState's start (NULL buffers, iov entries, overflowing lengths), logged; generic
  * datatypes are their owner's to check. ok or invalid_param.
  */
 Status dt_check_buffer(Datatype dt, void* buffer, std::size_t count);
 
+/**
+ * One buffer of one datatype being packed or unpacked. start() computes the length in
+ * bytes; pack()/unpack() move bytes at a byte offset of the packed stream. Contiguous
+ * data is the inline fast path; iov and generic are out of line.
+ */
 struct DtState {
     Datatype dt = 0;
     void* buffer = nullptr;
