@@ -1,13 +1,16 @@
 /**
  * The data path of self endpoints: every operation completes in its call. An active
  * message runs the target iface's handler directly, put/get are memcpy, atomics are
- * CPU atomics on local memory. Ends with the ops table, kSelfOps.
+ * CPU atomics on local memory. Every put, get and atomic first checks its key and range
+ * against the target md's key table (self_md.h): the memory is reachable, but a key
+ * grants only its region. Ends with the ops table, kSelfOps.
  */
 #include "uct/self/self_ep.h"
 
 #include "uct/base/cpu_atomic.h"
 #include "uct/self/self_iface.h"
 #include "uct/self/self_log.h"
+#include "uct/self/self_md.h"
 
 #include "ucs/sys/compiler.h"
 
@@ -18,6 +21,35 @@ namespace loom::uct::self {
 namespace {
 
 SelfIface* target_of(Ep* ep) { return static_cast<SelfEp*>(ep)->target; }
+
+LOOM_COLD LOOM_NOINLINE Status refuse(const char* op, std::uint64_t remote_addr, std::uint64_t length,
+                                      const char* why) {
+    LOOM_LOG_WARN("self: refused a remote {} at {:#x} length {}: {}", op, remote_addr, length, why);
+    return Status::access_denied;
+}
+
+/**
+ * ok when the key @p rkey (a RegionKey*, as unpacked) grants @p access over
+ * [remote_addr, remote_addr + length) in the target's memory domain; otherwise
+ * access_denied with one warning line. A few predictable branches on the fast path.
+ */
+Status check_key(Ep* ep, const char* op, std::uint64_t rkey, std::uint64_t remote_addr, std::uint64_t length,
+                 unsigned access) {
+    const auto* key = reinterpret_cast<const RegionKey*>(rkey);
+    if (LOOM_UNLIKELY(key == nullptr)) return refuse(op, remote_addr, length, "no remote key");
+    const char* why = nullptr;
+    const auto* md = static_cast<const SelfMd*>(target_of(ep)->md());
+    if (LOOM_LIKELY(md->keys().check_access(key->key_id, key->cookie, remote_addr, length, access, &why))) {
+        return Status::ok;
+    }
+    return refuse(op, remote_addr, length, why);
+}
+
+std::size_t iov_total(const Iov* iov, std::size_t iovcnt) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < iovcnt; ++i) total += iov[i].length;
+    return total;
+}
 
 Status self_am_short(Ep* ep, AmId id, std::uint64_t header, const void* payload, unsigned length) {
     if (LOOM_UNLIKELY(length > kMaxShort)) return Status::exceeds_limit;
@@ -57,17 +89,38 @@ Status self_am_zcopy(Ep* ep, AmId id, const void* header, unsigned header_length
     return Status::ok;  // completed in the call: the completion is not used
 }
 
-Status self_put_short(Ep*, const void* buffer, unsigned length, std::uint64_t remote_addr, std::uint64_t) {
+Status self_put_short(Ep* ep, const void* buffer, unsigned length, std::uint64_t remote_addr,
+                      std::uint64_t rkey) {
+    if (Status s = check_key(ep, "put", rkey, remote_addr, length, kAccessRemotePut);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     if (length != 0) std::memcpy(reinterpret_cast<void*>(remote_addr), buffer, length);
     return Status::ok;
 }
 
-ssize_t self_put_bcopy(Ep*, PackCallback pack, void* arg, std::uint64_t remote_addr, std::uint64_t) {
-    return static_cast<ssize_t>(pack(reinterpret_cast<void*>(remote_addr), arg));
+ssize_t self_put_bcopy(Ep* ep, PackCallback pack, void* arg, std::uint64_t remote_addr, std::uint64_t rkey) {
+    // Packed on the stack first: the length, which the key's range is checked against, is
+    // known only once packed.
+    alignas(8) std::uint8_t buf[kMaxBcopy];
+    std::size_t length = pack(buf, arg);
+    if (LOOM_UNLIKELY(length > kMaxBcopy)) {
+        LOOM_FATAL("put_bcopy: pack callback wrote {} bytes past a {}-byte buffer", length, kMaxBcopy);
+    }
+    if (Status s = check_key(ep, "put", rkey, remote_addr, length, kAccessRemotePut);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return static_cast<ssize_t>(s);
+    }
+    if (length != 0) std::memcpy(reinterpret_cast<void*>(remote_addr), buf, length);
+    return static_cast<ssize_t>(length);
 }
 
-Status self_put_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t,
-                      Completion*) {
+Status self_put_zcopy(Ep* ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                      std::uint64_t rkey, Completion*) {
+    if (Status s = check_key(ep, "put", rkey, remote_addr, iov_total(iov, iovcnt), kAccessRemotePut);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     auto* dest = reinterpret_cast<std::uint8_t*>(remote_addr);
     for (std::size_t i = 0; i < iovcnt; ++i) {
         if (iov[i].length != 0) std::memcpy(dest, iov[i].buffer, iov[i].length);
@@ -76,14 +129,22 @@ Status self_put_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t rem
     return Status::ok;
 }
 
-Status self_get_bcopy(Ep*, UnpackCallback unpack, void* arg, std::size_t length, std::uint64_t remote_addr,
-                      std::uint64_t, Completion*) {
+Status self_get_bcopy(Ep* ep, UnpackCallback unpack, void* arg, std::size_t length, std::uint64_t remote_addr,
+                      std::uint64_t rkey, Completion*) {
+    if (Status s = check_key(ep, "get", rkey, remote_addr, length, kAccessRemoteGet);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     unpack(arg, reinterpret_cast<const void*>(remote_addr), length);
     return Status::ok;
 }
 
-Status self_get_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr, std::uint64_t,
-                      Completion*) {
+Status self_get_zcopy(Ep* ep, const Iov* iov, std::size_t iovcnt, std::uint64_t remote_addr,
+                      std::uint64_t rkey, Completion*) {
+    if (Status s = check_key(ep, "get", rkey, remote_addr, iov_total(iov, iovcnt), kAccessRemoteGet);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     const auto* src = reinterpret_cast<const std::uint8_t*>(remote_addr);
     for (std::size_t i = 0; i < iovcnt; ++i) {
         if (iov[i].length != 0) std::memcpy(const_cast<void*>(iov[i].buffer), src, iov[i].length);
@@ -93,26 +154,38 @@ Status self_get_zcopy(Ep*, const Iov* iov, std::size_t iovcnt, std::uint64_t rem
 }
 
 template <typename T>
-Status self_atomic_post(Ep*, AtomicOp op, T value, std::uint64_t remote_addr, std::uint64_t) {
+Status self_atomic_post(Ep* ep, AtomicOp op, T value, std::uint64_t remote_addr, std::uint64_t rkey) {
     if (LOOM_UNLIKELY(op == AtomicOp::cswap || op == AtomicOp::swap)) return Status::unsupported;
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
+    if (Status s = check_key(ep, "atomic", rkey, remote_addr, sizeof(T), kAccessRemoteAtomic);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     (void)cpu_atomic<T>(op, reinterpret_cast<T*>(remote_addr), value);
     return Status::ok;
 }
 
 template <typename T>
-Status self_atomic_fetch(Ep*, AtomicOp op, T value, T* result, std::uint64_t remote_addr, std::uint64_t,
-                         Completion*) {
+Status self_atomic_fetch(Ep* ep, AtomicOp op, T value, T* result, std::uint64_t remote_addr,
+                         std::uint64_t rkey, Completion*) {
     if (LOOM_UNLIKELY(op == AtomicOp::cswap)) return Status::unsupported;
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
+    if (Status s = check_key(ep, "atomic", rkey, remote_addr, sizeof(T), kAccessRemoteAtomic);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     *result = cpu_atomic<T>(op, reinterpret_cast<T*>(remote_addr), value);
     return Status::ok;
 }
 
 template <typename T>
-Status self_atomic_cswap(Ep*, T compare, T swap, std::uint64_t remote_addr, std::uint64_t, T* result,
+Status self_atomic_cswap(Ep* ep, T compare, T swap, std::uint64_t remote_addr, std::uint64_t rkey, T* result,
                          Completion*) {
     if (LOOM_UNLIKELY(remote_addr % sizeof(T) != 0)) return Status::invalid_param;
+    if (Status s = check_key(ep, "atomic", rkey, remote_addr, sizeof(T), kAccessRemoteAtomic);
+        LOOM_UNLIKELY(s != Status::ok)) {
+        return s;
+    }
     *result = cpu_atomic<T>(AtomicOp::cswap, reinterpret_cast<T*>(remote_addr), swap, compare);
     return Status::ok;
 }

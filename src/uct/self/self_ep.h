@@ -13,7 +13,7 @@ namespace loom::uct::self {
 
 class SelfIface;
 
-/** Largest am_bcopy payload (and am_zcopy payload: it is copied to the stack too). */
+/** Largest am_bcopy and put_bcopy payload (and am_zcopy payload): each is copied to the stack. */
 inline constexpr std::size_t kMaxBcopy = 8192;
 /** Largest am_short and put_short payload. */
 inline constexpr std::size_t kMaxShort = 4096;

@@ -99,8 +99,13 @@ Status SelfIface::query(IfaceAttr& attr) const {
                      kCapConnectToIface | kCapSelfOnly | kCapIntraNode | kCapEventRecv;
     attr.am = {.max_short = kMaxShort, .max_bcopy = kMaxBcopy, .min_zcopy = 0, .max_zcopy = kMaxBcopy,
                .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = kMaxZcopyHeader};
-    attr.put = {.max_short = kMaxShort, .max_bcopy = SIZE_MAX, .min_zcopy = 0, .max_zcopy = SIZE_MAX,
-                .max_iov = 16, .opt_zcopy_align = 1, .max_hdr = 0};
+    attr.put = {.max_short = kMaxShort,
+                .max_bcopy = kMaxBcopy,
+                .min_zcopy = 0,
+                .max_zcopy = SIZE_MAX,
+                .max_iov = 16,
+                .opt_zcopy_align = 1,
+                .max_hdr = 0};
     attr.get = {.max_short = 0, .max_bcopy = SIZE_MAX, .min_zcopy = 0, .max_zcopy = SIZE_MAX, .max_iov = 16,
                 .opt_zcopy_align = 1, .max_hdr = 0};
     std::uint64_t ops = atomic_op_bit(AtomicOp::add) | atomic_op_bit(AtomicOp::and_) |

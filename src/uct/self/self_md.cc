@@ -10,11 +10,14 @@ namespace loom::uct::self {
 
 log::Component g_log("self");
 
+SelfMd::SelfMd(const Component& component) : Md(component, "self"), keys_(g_log) {}
+
 Status SelfMd::query(MdAttr& attr) const {
     attr = {};
-    attr.flags = MdAttr::kReg;
+    attr.flags = MdAttr::kReg | MdAttr::kNeedRkey;
     attr.max_reg = SIZE_MAX;
-    attr.rkey_packed_size = 0;
+    attr.rkey_packed_size = sizeof(PackedRegionKey);
+    attr.reg_cost_overhead = 50e-9;  // a table insert
     attr.component_name = "self";
     return Status::ok;
 }
@@ -29,14 +32,19 @@ Result<std::unique_ptr<Iface>> SelfMd::iface_open(const TlResource& resource, Wo
     return std::unique_ptr<Iface>(new SelfIface(this, worker, resource));
 }
 
-Result<MemH> SelfMd::mem_reg(void* address, std::size_t, unsigned) {
-    // Any non-null handle will do: the memory is already reachable.
-    return static_cast<MemH>(address ? address : reinterpret_cast<void*>(1));
+Result<MemH> SelfMd::mem_reg(void* address, std::size_t length, unsigned access) {
+    Result<KeyHandle*> handle = keys_.add(address, length, access);
+    if (!handle) return handle.status();
+    return static_cast<MemH>(*handle);
 }
 
-Status SelfMd::mem_dereg(MemH) { return Status::ok; }
+Status SelfMd::mem_dereg(MemH memh) {
+    return keys_.remove(static_cast<KeyHandle*>(memh));
+}
 
-Status SelfMd::mkey_pack(MemH, std::uint8_t*) const { return Status::ok; }
+Status SelfMd::mkey_pack(MemH memh, std::uint8_t* out) const {
+    return keys_.pack(static_cast<const KeyHandle*>(memh), out);
+}
 
 namespace {
 
@@ -51,10 +59,11 @@ public:
         return std::unique_ptr<Md>(new SelfMd(*this));
     }
 
-    Result<Rkey> rkey_unpack(const std::uint8_t*, std::size_t length) const override {
-        if (length != 0) return Status::invalid_param;
-        return Rkey{};
+    Result<Rkey> rkey_unpack(const std::uint8_t* packed, std::size_t length) const override {
+        return region_key_unpack(g_log, packed, length);
     }
+
+    void rkey_release(const Rkey& rkey) const override { region_key_release(rkey); }
 };
 
 const SelfComponent g_component;

@@ -254,7 +254,7 @@ LOOM_ALWAYS_INLINE FrameHeader frame(FrameType type, std::uint8_t arg, std::uint
 }
 
 LOOM_ALWAYS_INLINE RmaHeader rma_header(std::uint64_t remote_addr, std::uint64_t rkey, std::uint32_t length) {
-    const auto* key = reinterpret_cast<const RemoteKey*>(rkey);
+    const auto* key = reinterpret_cast<const RegionKey*>(rkey);
     return RmaHeader{remote_addr, key->cookie, key->key_id, length};
 }
 

@@ -1,12 +1,9 @@
 /**
  * tcp component and memory domain (its configuration table is in tcp_config.cc).
  *
- * Remote keys: the md keeps a table of registered regions. A region's slot index is its
- * key id, and every registration draws a fresh random 64-bit cookie, so a key that was
- * released (its slot reused) or forged does not match. The packed key carries the key
- * id, cookie, base, length and rights; the target checks every emulated remote access
- * against its own table (tcp_rx.cc), never trusting what the initiator sent beyond the
- * key id and cookie.
+ * Remote keys: the md keeps a key table (uct/base/key_table.h); the target checks every
+ * emulated remote access against it (tcp_rx.cc), never trusting what the initiator sent
+ * beyond the key id and cookie.
  */
 #include "uct/tcp/tcp_md.h"
 #include "uct/tcp/tcp_ep.h"
@@ -49,14 +46,7 @@ std::vector<NetDevice> list_devices() {
     return devices;
 }
 
-TcpMd::TcpMd(const Component& component) : Md(component, "tcp"), rng_(std::random_device{}()) {}
-
-TcpMd::~TcpMd() {
-    if (!handles_.empty()) {
-        LOOM_LOG_WARN("tcp md closed with {} memory registrations still active", handles_.size());
-        for (TcpMemH* h : handles_) delete h;
-    }
-}
+TcpMd::TcpMd(const Component& component) : Md(component, "tcp"), keys_(g_log) {}
 
 Status TcpMd::query(MdAttr& attr) const {
     attr = {};
@@ -65,7 +55,7 @@ Status TcpMd::query(MdAttr& attr) const {
     attr.flags = MdAttr::kReg | MdAttr::kNeedRkey;
     attr.max_alloc = 0;
     attr.max_reg = SIZE_MAX;
-    attr.rkey_packed_size = sizeof(PackedRkey);
+    attr.rkey_packed_size = sizeof(PackedRegionKey);
     attr.reg_cost_overhead = 50e-9;  // a table insert
     attr.reg_cost_per_byte = 0;
     attr.component_name = "tcp";
@@ -100,54 +90,17 @@ Result<std::unique_ptr<Iface>> TcpMd::iface_open(const TlResource& resource, Wor
 }
 
 Result<MemH> TcpMd::mem_reg(void* address, std::size_t length, unsigned access) {
-    auto base = reinterpret_cast<std::uint64_t>(address);
-    if ((address == nullptr && length != 0) || (access & ~static_cast<unsigned>(kAccessAll)) != 0 ||
-        base + length < base) {
-        LOOM_LOG_ERROR("mem_reg: invalid region {}+{} or access {:#x}", address, length, access);
-        return Status::invalid_param;
-    }
-    std::uint32_t slot;
-    if (!free_slots_.empty()) {
-        slot = free_slots_.back();
-        free_slots_.pop_back();
-    } else {
-        if (regions_.size() >= UINT32_MAX) return Status::no_resource;
-        slot = static_cast<std::uint32_t>(regions_.size());
-        regions_.emplace_back();
-    }
-    std::uint64_t cookie;
-    do {
-        cookie = rng_();
-    } while (cookie == 0);  // 0 marks a free slot
-    regions_[slot] = Region{base, length, cookie, access};
-    auto* handle = new TcpMemH{slot, cookie};
-    handles_.insert(handle);
-    return static_cast<MemH>(handle);
+    Result<KeyHandle*> handle = keys_.add(address, length, access);
+    if (!handle) return handle.status();
+    return static_cast<MemH>(*handle);
 }
 
 Status TcpMd::mem_dereg(MemH memh) {
-    auto* handle = static_cast<TcpMemH*>(memh);
-    if (handles_.erase(handle) == 0) {
-        LOOM_LOG_ERROR("mem_dereg: {} is not a registration of this md", memh);
-        return Status::invalid_param;
-    }
-    regions_[handle->key_id] = Region{};
-    free_slots_.push_back(handle->key_id);
-    delete handle;
-    return Status::ok;
+    return keys_.remove(static_cast<KeyHandle*>(memh));
 }
 
 Status TcpMd::mkey_pack(MemH memh, std::uint8_t* out) const {
-    auto* handle = static_cast<TcpMemH*>(memh);
-    if (handles_.count(handle) == 0) {
-        LOOM_LOG_ERROR("mkey_pack: {} is not a registration of this md", memh);
-        return Status::invalid_param;
-    }
-    const Region& r = regions_[handle->key_id];
-    PackedRkey packed{kWireVersion, static_cast<std::uint8_t>(r.access), handle->key_id, r.base, r.length,
-                      r.cookie};
-    std::memcpy(out, &packed, sizeof(packed));
-    return Status::ok;
+    return keys_.pack(static_cast<const KeyHandle*>(memh), out);
 }
 
 namespace {
@@ -167,27 +120,10 @@ public:
     }
 
     Result<Rkey> rkey_unpack(const std::uint8_t* packed, std::size_t length) const override {
-        if (packed == nullptr || length != sizeof(PackedRkey)) {
-            LOOM_LOG_ERROR("rkey_unpack: packed key has {} bytes, expected {}", length, sizeof(PackedRkey));
-            return Status::invalid_param;
-        }
-        PackedRkey key;
-        std::memcpy(&key, packed, sizeof(key));
-        if (key.version != kWireVersion) {
-            LOOM_LOG_ERROR("rkey_unpack: key version {} (expected {})", key.version, kWireVersion);
-            return Status::invalid_param;
-        }
-        if ((key.access & ~static_cast<unsigned>(kAccessAll)) != 0 || key.cookie == 0 ||
-            key.base + key.length < key.base) {
-            std::uint64_t base = key.base, len = key.length;
-            LOOM_LOG_ERROR("rkey_unpack: malformed key (access {:#x}, region {:#x}+{})", key.access, base, len);
-            return Status::invalid_param;
-        }
-        auto* rk = new RemoteKey{key.cookie, key.key_id, key.access, key.base, key.length};
-        return Rkey{reinterpret_cast<std::uint64_t>(rk), rk};
+        return region_key_unpack(g_log, packed, length);
     }
 
-    void rkey_release(const Rkey& rkey) const override { delete static_cast<RemoteKey*>(rkey.handle); }
+    void rkey_release(const Rkey& rkey) const override { region_key_release(rkey); }
 };
 
 const TcpComponent g_component;

@@ -317,7 +317,8 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         const char* why = nullptr;
         bool ack = (fh.flags & kFlagAckReq) != 0;
         RxState* rx = ep->rx;
-        if (LOOM_LIKELY(md_->check_access(rma.key_id, rma.cookie, rma.remote_addr, size, kAccessRemotePut, &why))) {
+        if (LOOM_LIKELY(md_->keys().check_access(rma.key_id, rma.cookie, rma.remote_addr, size,
+                                                 kAccessRemotePut, &why))) {
             auto* dest = reinterpret_cast<std::uint8_t*>(rma.remote_addr);
             if (have > 0) std::memcpy(dest, payload + sizeof(RmaHeader), have);
             *consumed = sizeof(FrameHeader) + sizeof(RmaHeader) + have;
@@ -358,8 +359,8 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         std::memcpy(&rma, payload, sizeof(rma));
         *consumed = sizeof(FrameHeader) + sizeof(RmaHeader);
         const char* why = nullptr;
-        if (LOOM_LIKELY(md_->check_access(rma.key_id, rma.cookie, rma.remote_addr, rma.length, kAccessRemoteGet,
-                                          &why))) {
+        if (LOOM_LIKELY(md_->keys().check_access(rma.key_id, rma.cookie, rma.remote_addr, rma.length,
+                                                 kAccessRemoteGet, &why))) {
             // The reply is written from the registered memory itself (no copy).
             return send_reply(ep, FrameType::get_rep, Status::ok, 0, reinterpret_cast<void*>(rma.remote_addr),
                               rma.length, false);
@@ -382,7 +383,8 @@ bool TcpIface::handle_request(TcpEp* ep, const FrameHeader& fh, std::uint8_t* pa
         std::uint64_t old = 0;
         Status status = Status::access_denied;
         if (at.rma.remote_addr % size == 0 &&
-            md_->check_access(at.rma.key_id, at.rma.cookie, at.rma.remote_addr, size, kAccessRemoteAtomic, &why)) {
+            md_->keys().check_access(at.rma.key_id, at.rma.cookie, at.rma.remote_addr, size,
+                                     kAccessRemoteAtomic, &why)) {
             if (size == 4) {
                 old = cpu_atomic<std::uint32_t>(op, reinterpret_cast<std::uint32_t*>(at.rma.remote_addr),
                                                 static_cast<std::uint32_t>(at.value),

@@ -137,26 +137,4 @@ struct [[gnu::packed]] IfaceAddress {
 };
 static_assert(sizeof(IfaceAddress) == 11);
 
-// --- remote keys -----------------------------------------------------------------------
-
-/** Packed remote key: what a peer needs to name a registered region. */
-struct [[gnu::packed]] PackedRkey {
-    std::uint8_t version;
-    std::uint8_t access;     ///< MemAccess bits granted
-    std::uint32_t key_id;
-    std::uint64_t base;
-    std::uint64_t length;
-    std::uint64_t cookie;
-};
-static_assert(sizeof(PackedRkey) == 30);
-
-/** A peer's key as unpacked on the initiator; Rkey::rkey points at it. */
-struct RemoteKey {
-    std::uint64_t cookie;
-    std::uint32_t key_id;
-    std::uint8_t access;
-    std::uint64_t base;
-    std::uint64_t length;
-};
-
 }  // namespace loom::uct::tcp

@@ -5,6 +5,7 @@
  * the pending queue's round-robin, the event fd and flush cancel.
  */
 #include "test_uct_tcp_common.h"
+#include "uct/base/key_table.h"
 
 #include "uct/tcp/tcp_iface.h"
 
@@ -585,7 +586,7 @@ TEST_F(TcpTest, TargetRefusingTheHandshakeFailsTheEndpoint) {
     std::uint64_t word = 0;
     CountingCompletion comp;
     Rkey rkey;
-    tcp::PackedRkey packed{tcp::kWireVersion, kAccessAll, 0, 0x1000, 64, 99};
+    PackedRegionKey packed{kRegionKeyVersion, kAccessAll, 0, 0x1000, 64, 99};
     auto unpacked = sender_->md().component().rkey_unpack(reinterpret_cast<std::uint8_t*>(&packed), sizeof(packed));
     ASSERT_TRUE(unpacked.ok());
     rkey = *unpacked;

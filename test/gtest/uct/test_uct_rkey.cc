@@ -1,11 +1,14 @@
 /**
- * tcp remote-access checks: the target validates every put, get and atomic against its
- * own key table. Forged keys (wrong cookie or key id), addresses outside the region,
- * missing rights and released keys are refused with access_denied at the initiator,
- * one log line on each side, and the target's memory is never touched; the connection
- * stays usable. Checked in one process and across two processes.
+ * Remote-access checks of the transports that emulate RMA in software (tcp, self): the
+ * target validates every put, get and atomic against its own key table. Forged keys
+ * (wrong cookie or key id), addresses outside the region, missing rights and released
+ * keys are refused with access_denied at the initiator, one log line where the check is
+ * made (tcp: the target, and one at the initiator; self: one), and the target's memory
+ * is never touched; the endpoint stays usable. Checked in one process on tcp and self,
+ * and across two processes on tcp.
  */
 #include "test_uct_tcp_common.h"
+#include "uct/base/key_table.h"
 #include "uct_peer.h"
 
 #include "common/test_helpers.h"
@@ -21,7 +24,7 @@ constexpr std::size_t kSize = 64 * 1024;
 /** Returns @p packed with its fields changed by @p edit. */
 template <typename Edit>
 std::vector<std::uint8_t> forge(const std::vector<std::uint8_t>& packed, Edit edit) {
-    tcp::PackedRkey key;
+    PackedRegionKey key;
     std::memcpy(&key, packed.data(), sizeof(key));
     edit(key);
     std::vector<std::uint8_t> out(sizeof(key));
@@ -29,11 +32,17 @@ std::vector<std::uint8_t> forge(const std::vector<std::uint8_t>& packed, Edit ed
     return out;
 }
 
-class TcpRkeyTest : public TcpTest {
+/** The transport under test: "tcp" (on lo) or "self". */
+class RegionKeyTest : public TcpTest, public testing::WithParamInterface<std::string> {
 protected:
     void SetUp() override {
-        TcpTest::SetUp();
-        if (IsSkipped()) return;
+        std::optional<Resource> resource;
+        for (const Resource& r : all_resources()) {
+            if (r.tl.tl_name == GetParam() && (GetParam() != "tcp" || r.tl.dev_name == "lo")) resource = r;
+        }
+        if (!resource) GTEST_SKIP() << "no " << GetParam() << " resource here";
+        sender_ = std::make_unique<Entity>(*resource);
+        receiver_ = std::make_unique<Entity>(*resource);
         ep_ = sender_->connect_to(*receiver_);
     }
 
@@ -43,8 +52,12 @@ protected:
         TcpTest::TearDown();
     }
 
+    /** Log lines of the initiator for each refused access (tcp: it hears the target's refusal). */
+    int initiator_lines() const { return GetParam() == "tcp" ? 1 : 0; }
+
     /** Registers @p buf on the receiver with @p access; returns the packed key. */
-    std::vector<std::uint8_t> register_target(std::vector<std::uint8_t>& buf, unsigned access, MemH* memh = nullptr) {
+    std::vector<std::uint8_t> register_target(std::vector<std::uint8_t>& buf, unsigned access,
+                                              MemH* memh = nullptr) {
         auto reg = receiver_->md().mem_reg(buf.data(), buf.size(), access);
         EXPECT_TRUE(reg.ok());
         std::vector<std::uint8_t> packed(receiver_->md_attr().rkey_packed_size);
@@ -97,7 +110,8 @@ protected:
                     ep_,
                     [](void* arg, const void* data, std::size_t len) {
                         auto* v = static_cast<std::vector<std::uint8_t>*>(arg);
-                        v->assign(static_cast<const std::uint8_t*>(data), static_cast<const std::uint8_t*>(data) + len);
+                        v->assign(static_cast<const std::uint8_t*>(data),
+                                  static_cast<const std::uint8_t*>(data) + len);
                     },
                     &out, length, addr, rkey, &comp)) == Status::no_resource) {
             progress();
@@ -109,7 +123,8 @@ protected:
         std::uint64_t old = 0;
         CountingCompletion comp;
         Status s;
-        while ((s = ep_atomic64_fetch(ep_, AtomicOp::add, 1, &old, addr, rkey, &comp)) == Status::no_resource) {
+        while ((s = ep_atomic64_fetch(ep_, AtomicOp::add, 1, &old, addr, rkey, &comp)) ==
+               Status::no_resource) {
             progress();
         }
         return finish(s, comp);
@@ -124,10 +139,11 @@ protected:
         EXPECT_EQ(Status::access_denied, get(addr, rkey, 64));
         EXPECT_EQ(Status::access_denied, atomic(addr, rkey));
         EXPECT_EQ(before, target) << "refused accesses touched the target memory";
-        // One line on the target per refused operation, and one on the initiator.
+        // One line on the target per refused operation (and one on a tcp initiator).
         EXPECT_EQ(4, capture.count("refused a remote")) << capture.text();
-        EXPECT_EQ(4, capture.count("refused a")  - capture.count("refused a remote")) << capture.text();
-        // The connection stays usable.
+        EXPECT_EQ(4 * initiator_lines(), capture.count("refused a") - capture.count("refused a remote"))
+            << capture.text();
+        // The endpoint stays usable.
         EXPECT_EQ(Status::ok, ep_am_short(ep_, 9, 0, nullptr, 0));
     }
 
@@ -136,7 +152,7 @@ protected:
     std::vector<MemH> memhs_;
 };
 
-TEST_F(TcpRkeyTest, GenuineKeyWorks) {
+TEST_P(RegionKeyTest, GenuineKeyWorks) {
     std::vector<std::uint8_t> target(kSize, 0);
     std::uint64_t rkey = unpack(register_target(target, kAccessAll));
     auto base = reinterpret_cast<std::uint64_t>(target.data());
@@ -147,21 +163,21 @@ TEST_F(TcpRkeyTest, GenuineKeyWorks) {
     EXPECT_EQ(1, target[8]);
 }
 
-TEST_F(TcpRkeyTest, ForgedCookieIsRefused) {
+TEST_P(RegionKeyTest, ForgedCookieIsRefused) {
     std::vector<std::uint8_t> target(kSize, 0);
     auto packed = register_target(target, kAccessAll);
-    std::uint64_t rkey = unpack(forge(packed, [](tcp::PackedRkey& k) { k.cookie ^= 0x5555; }));
+    std::uint64_t rkey = unpack(forge(packed, [](PackedRegionKey& k) { k.cookie ^= 0x5555; }));
     expect_all_denied(target, reinterpret_cast<std::uint64_t>(target.data()), rkey);
 }
 
-TEST_F(TcpRkeyTest, UnknownKeyIdIsRefused) {
+TEST_P(RegionKeyTest, UnknownKeyIdIsRefused) {
     std::vector<std::uint8_t> target(kSize, 0);
     auto packed = register_target(target, kAccessAll);
-    std::uint64_t rkey = unpack(forge(packed, [](tcp::PackedRkey& k) { k.key_id += 1000; }));
+    std::uint64_t rkey = unpack(forge(packed, [](PackedRegionKey& k) { k.key_id += 1000; }));
     expect_all_denied(target, reinterpret_cast<std::uint64_t>(target.data()), rkey);
 }
 
-TEST_F(TcpRkeyTest, AddressesOutsideTheRegionAreRefused) {
+TEST_P(RegionKeyTest, AddressesOutsideTheRegionAreRefused) {
     std::vector<std::uint8_t> memory(3 * kSize, 0);
     // Register the middle third only: the neighbours must stay untouched.
     auto reg = receiver_->md().mem_reg(memory.data() + kSize, kSize, kAccessAll);
@@ -170,7 +186,7 @@ TEST_F(TcpRkeyTest, AddressesOutsideTheRegionAreRefused) {
     std::vector<std::uint8_t> packed(receiver_->md_attr().rkey_packed_size);
     ASSERT_EQ(Status::ok, receiver_->md().mkey_pack(*reg, packed.data()));
     // A key enlarged by the initiator does not help: the target checks its own table.
-    std::uint64_t rkey = unpack(forge(packed, [](tcp::PackedRkey& k) { k.length *= 3; }));
+    std::uint64_t rkey = unpack(forge(packed, [](PackedRegionKey& k) { k.length *= 3; }));
     auto base = reinterpret_cast<std::uint64_t>(memory.data()) + kSize;
     expect_all_denied(memory, base + kSize, rkey);      // just past the end
     expect_all_denied(memory, base - 64, rkey);         // before the start
@@ -183,7 +199,7 @@ TEST_F(TcpRkeyTest, AddressesOutsideTheRegionAreRefused) {
     EXPECT_EQ(before, memory);
 }
 
-TEST_F(TcpRkeyTest, MissingRightsAreRefused) {
+TEST_P(RegionKeyTest, MissingRightsAreRefused) {
     std::vector<std::uint8_t> target(kSize, 7);
     std::uint64_t rkey = unpack(register_target(target, kAccessRemoteGet));
     auto base = reinterpret_cast<std::uint64_t>(target.data());
@@ -195,7 +211,7 @@ TEST_F(TcpRkeyTest, MissingRightsAreRefused) {
     EXPECT_EQ(2, capture.count("access right not granted")) << capture.text();
 }
 
-TEST_F(TcpRkeyTest, ReleasedKeyIsRefused) {
+TEST_P(RegionKeyTest, ReleasedKeyIsRefused) {
     std::vector<std::uint8_t> target(kSize, 0);
     MemH memh;
     std::uint64_t rkey = unpack(register_target(target, kAccessAll, &memh));
@@ -207,10 +223,10 @@ TEST_F(TcpRkeyTest, ReleasedKeyIsRefused) {
     EXPECT_EQ(std::vector<std::uint8_t>(kSize, 0), other);
 }
 
-TEST_F(TcpRkeyTest, LargeRefusedPutIsDiscardedAndTheConnectionSurvives) {
+TEST_P(RegionKeyTest, LargeRefusedPutIsDiscardedAndTheConnectionSurvives) {
     std::vector<std::uint8_t> target(4 << 20, 0);
     auto packed = register_target(target, kAccessAll);
-    std::uint64_t bad = unpack(forge(packed, [](tcp::PackedRkey& k) { k.cookie ^= 1; }));
+    std::uint64_t bad = unpack(forge(packed, [](PackedRegionKey& k) { k.cookie ^= 1; }));
     std::uint64_t good = unpack(packed);
     auto base = reinterpret_cast<std::uint64_t>(target.data());
     loom::test::LogCapture capture("warn");
@@ -221,20 +237,23 @@ TEST_F(TcpRkeyTest, LargeRefusedPutIsDiscardedAndTheConnectionSurvives) {
     EXPECT_EQ(0, target[3 << 20]);
 }
 
-TEST_F(TcpRkeyTest, GarbageKeysDoNotUnpack) {
+TEST_P(RegionKeyTest, GarbageKeysDoNotUnpack) {
     std::vector<std::uint8_t> target(64, 0);
     auto packed = register_target(target, kAccessAll);
     const Component& c = sender_->md().component();
     loom::test::LogCapture capture("error");
-    auto bad_version = forge(packed, [](tcp::PackedRkey& k) { k.version = 9; });
+    auto bad_version = forge(packed, [](PackedRegionKey& k) { k.version = 9; });
     EXPECT_EQ(Status::invalid_param, c.rkey_unpack(bad_version.data(), bad_version.size()).status());
-    auto bad_access = forge(packed, [](tcp::PackedRkey& k) { k.access = 0xff; });
+    auto bad_access = forge(packed, [](PackedRegionKey& k) { k.access = 0xff; });
     EXPECT_EQ(Status::invalid_param, c.rkey_unpack(bad_access.data(), bad_access.size()).status());
-    auto wrapping = forge(packed, [](tcp::PackedRkey& k) { k.base = ~0ull - 4; });
+    auto wrapping = forge(packed, [](PackedRegionKey& k) { k.base = ~0ull - 4; });
     EXPECT_EQ(Status::invalid_param, c.rkey_unpack(wrapping.data(), wrapping.size()).status());
     EXPECT_EQ(3, capture.count("rkey_unpack")) << capture.text();
     EXPECT_EQ(Status::invalid_param, receiver_->md().mem_dereg(reinterpret_cast<MemH>(&target)));
 }
+
+INSTANTIATE_TEST_SUITE_P(SoftwareRma, RegionKeyTest, testing::Values("tcp", "self"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(TcpRkeyTwoProcesses, ForgedAndOutOfRangeKeysAreRefusedByTheTarget) {
     auto lo = find_tcp_resource("lo");
@@ -249,7 +268,11 @@ TEST(TcpRkeyTwoProcesses, ForgedAndOutOfRangeKeysAreRefusedByTheTarget) {
         // Serve until the parent reports it is done.
         bool done = false;
         (void)side.entity().iface().set_am_handler(
-            1, [](void* arg, void*, std::size_t, unsigned) { *static_cast<bool*>(arg) = true; return Status::ok; },
+            1,
+            [](void* arg, void*, std::size_t, unsigned) {
+                *static_cast<bool*>(arg) = true;
+                return Status::ok;
+            },
             &done, 0);
         (void)side.progress_until([&] { return done; }, std::chrono::seconds(20));
         bool untouched = true;
@@ -263,23 +286,26 @@ TEST(TcpRkeyTwoProcesses, ForgedAndOutOfRangeKeysAreRefusedByTheTarget) {
     ASSERT_EQ(Status::ok, side.connect());
     loom::test::LogCapture capture("warn");
     const Component& c = side.entity().md().component();
-    auto forged = forge(side.peer().rkey, [](tcp::PackedRkey& k) { k.cookie += 1; });
+    auto forged = forge(side.peer().rkey, [](PackedRegionKey& k) { k.cookie += 1; });
     auto rk = c.rkey_unpack(forged.data(), forged.size());
     ASSERT_TRUE(rk.ok());
     std::vector<std::uint8_t> data(256, 0xcc);
     Iov iov{data.data(), data.size(), kMemHNull};
     CountingCompletion c1, c2, c3;
-    EXPECT_EQ(Status::access_denied,
-              side.finish(side.retry([&] { return ep_put_zcopy(side.ep(), &iov, 1, side.peer_addr(0), rk->rkey, &c1); }), c1));
-    EXPECT_EQ(Status::access_denied,
-              side.finish(side.retry([&] {
-                  return ep_put_zcopy(side.ep(), &iov, 1, side.peer_addr(kBuf - 100), side.peer_rkey(), &c2);
-              }), c2));
+    EXPECT_EQ(Status::access_denied, side.finish(side.retry([&] {
+        return ep_put_zcopy(side.ep(), &iov, 1, side.peer_addr(0), rk->rkey, &c1);
+    }),
+                                                 c1));
+    EXPECT_EQ(Status::access_denied, side.finish(side.retry([&] {
+        return ep_put_zcopy(side.ep(), &iov, 1, side.peer_addr(kBuf - 100), side.peer_rkey(), &c2);
+    }),
+                                                 c2));
     std::uint64_t old = 0;
     EXPECT_EQ(Status::access_denied, side.finish(side.retry([&] {
-                                                     return ep_atomic64_fetch(side.ep(), AtomicOp::swap, 1, &old,
-                                                                              side.peer_addr(kBuf), side.peer_rkey(), &c3);
-                                                 }), c3));
+        return ep_atomic64_fetch(side.ep(), AtomicOp::swap, 1, &old, side.peer_addr(kBuf), side.peer_rkey(),
+                                 &c3);
+    }),
+                                                 c3));
     c.rkey_release(*rk);
     EXPECT_EQ(3, capture.count("refused a")) << capture.text();
     ASSERT_EQ(Status::ok, side.retry([&] { return ep_am_short(side.ep(), 1, 0, nullptr, 0); }));
