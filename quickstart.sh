@@ -4,9 +4,10 @@
 #
 #   ./quickstart.sh        install missing packages, build into build/, install into
 #                          build/install, then run the main job
-#   ./quickstart.sh test   the same set-up, then every test suite (the regular build and
-#                          an AddressSanitizer+UBSan build, plus the verbs suite on RDMA
-#                          devices or in ../shared/rdma-vm), ending with "N passed, N failed"
+#   ./quickstart.sh test   the same set-up, then every test suite (the regular build, an
+#                          AddressSanitizer+UBSan build, the threaded suites of a
+#                          ThreadSanitizer build, plus the verbs suite on RDMA devices or
+#                          in ../shared/rdma-vm), ending with "N passed, N failed"
 #
 # Re-running is incremental. Environment knobs: JOBS (parallel make jobs, default nproc),
 # LOOM_QS_SKIP_SANITIZERS=1 (test mode: regular build only, for quick local iterations),
@@ -249,6 +250,40 @@ run_checks() {
     fi
 }
 
+# The suites that use threads, for the ThreadSanitizer build (gtest filter): async events
+# and timers, callback queues, event fds and sets, the rings, memory hooks and the
+# registration cache under concurrent events, worker wake-up and signal from other
+# threads, thread mode multi (and its stress test), client/server with a listener thread,
+# keep-alive rounds, requests across thread modes. Left out: the two free-hook tests that
+# run in a forked child (TSan turns its interceptors and hooks off in the child of a
+# multi-threaded process, so no free reaches Loom there; both run in the other builds).
+tsan_filter="AsyncContext.*:CallbackQueue.*:EventFd.*:EventSet.*:RingBuffer.*:SpscRing.*:MemHooks.*"
+tsan_filter+=":Rcache*:*UcpWakeup*:*UcpThreads*:*UcpClientServer*:*UcpKeepalive*:*UcpRequest*"
+tsan_filter+="-MemHooks.TrimOfTheMainHeapIsReported:RcacheEvents.FreedBufferMallocedAgainIsRegisteredAgain"
+tsan_tests="test/gtest/gtest-ucs test/gtest/gtest-ucp"
+
+# run_tsan_checks DIR: builds the gtest suites in the ThreadSanitizer tree DIR and runs the
+# threaded tests ($tsan_filter). Any report fails its suite (TSan exits non-zero); the
+# suppressions file holds third-party code only, each with its reason.
+run_tsan_checks() {
+    local dir=$1
+    say "running the threaded suites (tsan)"
+    find "$dir/test" \( -name '*.trs' -o -name '*.log' \) -delete 2>/dev/null || true
+    # Only what the two suites need is built (not the tools, bindings and other tests that
+    # "make check" would build first), then the harness runs them (check-TESTS).
+    # shellcheck disable=SC2086
+    if make -C "$dir" -j"$jobs" $tsan_tests >"$dir/check.out" 2>&1; then
+        GTEST_FILTER=$tsan_filter \
+        TSAN_OPTIONS="suppressions=$top/test/tsan.supp second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}" \
+            make -C "$dir" -j"$jobs" check-TESTS TESTS="$tsan_tests" >>"$dir/check.out" 2>&1 || true
+    fi
+    grep -E '^(PASS|FAIL|ERROR|XPASS|XFAIL|SKIP):' "$dir/check.out" | sed "s|^|  [tsan] |" || true
+    if ! find "$dir/test" -name '*.trs' | grep -q .; then
+        grep -E 'error' -A3 "$dir/check.out" | head -40 >&2
+        echo "quickstart.sh: building the tests failed in $dir (full output: $dir/check.out)" >&2
+    fi
+}
+
 summarize() {
     python3 "$top/test/summarize.py" "$@"
 }
@@ -290,12 +325,18 @@ if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     timed "asan+ubsan: make check (build, test binaries and suites)" run_checks "$asan" "asan+ubsan"
     suite_times "$asan" asan+ubsan
     logdirs+=("asan+ubsan=$asan")
+    tsan="$build/tsan"
+    timed "tsan: configure" configure_dir "$tsan" --enable-tsan --enable-assertions
+    timed "tsan: make check of the threaded suites (build and run)" run_tsan_checks "$tsan"
+    suite_times "$tsan" tsan
 else
-    echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan build was not run" >&2
+    echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan and ThreadSanitizer builds were not run" >&2
 fi
 # The verbs suite needs RDMA devices: this machine's, or the rdma-vm beside the checkout.
-# Both builds' suites run in one VM boot (a boot under TCG costs most of a minute).
+# Both builds' suites run in one VM boot (a boot under TCG costs most of a minute). The
+# ThreadSanitizer build's threaded suites have no verbs part.
 rdma_builds=("${logdirs[@]#*=}")
+[ -z "${tsan:-}" ] || logdirs+=("tsan=$tsan")
 LOOM_QS_TIMING_LOG=$timing_log timed "verbs suites (rdma) of ${#rdma_builds[@]} build(s), one VM boot" \
     "$top/test/rdma/run_rdma_tests.sh" "${rdma_builds[@]}" || true
 children_cpu

@@ -300,7 +300,9 @@ loom_status_t loom_worker_signal(loom_worker_h worker) {
 // The request tests take no lock: a request may outlive its worker (caller memory), and
 // polling it must not contend with the thread that progresses. They read the completed
 // flag with acquire, which Worker::complete publishes after the results (release).
-static bool completed(const Request* req) { return __atomic_load_n(&req->flags, __ATOMIC_ACQUIRE) & kReqCompleted; }
+static bool completed(const Request* req) {
+    return __atomic_load_n(&req->flags.bits, __ATOMIC_ACQUIRE) & kReqCompleted;
+}
 
 loom_status_t loom_request_check_status(void* request) {
     Request* req = request_of(request);

@@ -77,8 +77,26 @@ struct alignas(8) RecvMatchSlot {
     std::uint8_t bytes[40];
 };
 
+/**
+ * A request's flags (ReqFlags bits). One thread writes them at a time (the one progressing the
+ * worker, under its lock in thread mode multi) while threads polling a request read them
+ * without the lock. Every access is therefore atomic and relaxed, a plain load or store on
+ * x86, so those reads are defined behaviour (and ThreadSanitizer agrees); publishing the
+ * completion is a release store (Worker::report_completion), testing it an acquire load.
+ */
+struct RequestFlags {
+    std::uint16_t bits;
+    operator std::uint16_t() const noexcept { return __atomic_load_n(&bits, __ATOMIC_RELAXED); }
+    RequestFlags& operator=(unsigned v) noexcept {
+        __atomic_store_n(&bits, static_cast<std::uint16_t>(v), __ATOMIC_RELAXED);
+        return *this;
+    }
+    RequestFlags& operator|=(unsigned v) noexcept { return *this = static_cast<std::uint16_t>(*this) | v; }
+    RequestFlags& operator&=(unsigned v) noexcept { return *this = static_cast<std::uint16_t>(*this) & v; }
+};
+
 struct Request {
-    std::uint16_t flags;
+    RequestFlags flags;
     Status status;
     std::uint8_t kind : 6;  ///< RequestKind
     /** Has an entry in Worker::deadlines (LOOM_OP_ATTR_FIELD_DEADLINE): complete() removes it. */

@@ -608,7 +608,7 @@ void Worker::report_completion(Request* req) {
     if (flags & kReqRecv) info = req->recv.info;
     // Release: a thread polling the request without the lock (loom_request_check_status)
     // that sees the flag sees the results written before it.
-    __atomic_store_n(&req->flags, static_cast<std::uint16_t>(flags | kReqCompleted), __ATOMIC_RELEASE);
+    __atomic_store_n(&req->flags.bits, static_cast<std::uint16_t>(flags | kReqCompleted), __ATOMIC_RELEASE);
     if (flags & kReqRecvLength) {
         if (cb.recv_length) cb.recv_length(handle, status, info.length, user_data);
     } else if (flags & kReqRecv) {

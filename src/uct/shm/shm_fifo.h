@@ -22,7 +22,39 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+#endif
+
 namespace loom::uct::shm {
+
+#if defined(__SANITIZE_THREAD__)
+/**
+ * ThreadSanitizer tracks memory by virtual address, so it cannot tell that a peer in this
+ * process maps the same FIFO segment again at another address: it would miss the
+ * happens-before that a message carries (data written, then the seq word released; seq
+ * acquired, then the data read) and report races on the user buffers and requests that
+ * messages hand over. The TSan build adds that edge by hand on this one object, for every
+ * FIFO of the process (it cannot miss a real edge; it can hide a race between threads that
+ * talk only over different FIFOs).
+ */
+inline char g_tsan_fifo_sync;
+#endif
+
+/** A message was published (TSan build: the release it does; otherwise nothing). */
+LOOM_ALWAYS_INLINE void tsan_fifo_release() {
+#if defined(__SANITIZE_THREAD__)
+    __tsan_release(&g_tsan_fifo_sync);
+#endif
+}
+
+/** A message is being consumed (TSan build: the acquire it does; otherwise nothing). */
+LOOM_ALWAYS_INLINE void tsan_fifo_acquire() {
+#if defined(__SANITIZE_THREAD__)
+    __tsan_acquire(&g_tsan_fifo_sync);
+#endif
+}
 
 /** Out of line, so the compiler calls the C library's memcpy for it (see copy_short). */
 LOOM_NOINLINE void copy_long(void* dest, const void* src, std::size_t length);
@@ -72,6 +104,7 @@ LOOM_ALWAYS_INLINE std::uint64_t seq_of(std::uint64_t pos, std::uint64_t salt) {
 
 /** Publishes a message: its header fields and data must be written before. */
 LOOM_ALWAYS_INLINE void publish(Cell* cell, std::uint64_t pos, std::uint64_t salt) {
+    tsan_fifo_release();
     cell->hdr.seq.store(seq_of(pos, salt), std::memory_order_release);
 }
 

@@ -28,6 +28,7 @@ unsigned ShmIface::progress(Iface* base) {
     for (;;) {
         Cell* cell = rx.cells + (rx.tail & rx.mask);
         if (cell->hdr.seq.load(std::memory_order_acquire) != seq_of(rx.tail, rx.salt)) break;
+        tsan_fifo_acquire();
         const std::uint32_t cells = cell->hdr.cells;
         const std::uint32_t length = cell->hdr.length;
         const bool valid = cells != 0 && (rx.tail & rx.mask) + cells <= rx.mask + 1 &&

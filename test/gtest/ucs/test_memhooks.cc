@@ -112,7 +112,7 @@ __attribute__((noinline)) std::size_t glibc_size_word(const void* p) {
 TEST(MemHooks, ProbeSeesTheInterposedFunctions) {
     const MemHooksInfo& info = mem_hooks_info();
     EXPECT_TRUE(info.unmap_hooks) << info.detail;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     // The sanitizer's free() comes first and never calls Loom's: its free hook reports instead.
     EXPECT_EQ(FreeEvents::sanitizer, info.free_events) << info.detail;
 #else
