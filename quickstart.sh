@@ -6,8 +6,9 @@
 #                          build/install, then run the main job
 #   ./quickstart.sh test   the same set-up, then every test suite (the regular build, an
 #                          AddressSanitizer+UBSan build, the threaded suites of a
-#                          ThreadSanitizer build, plus the verbs suite on RDMA devices or
-#                          in ../shared/rdma-vm), ending with "N passed, N failed"
+#                          ThreadSanitizer build, the fuzz targets of a clang build, plus
+#                          the verbs suite on RDMA devices or in ../shared/rdma-vm),
+#                          ending with "N passed, N failed"
 #
 # Re-running is incremental. Environment knobs: JOBS (parallel make jobs, default nproc),
 # LOOM_QS_SKIP_SANITIZERS=1 (test mode: regular build only, for quick local iterations),
@@ -75,6 +76,8 @@ packages=(
     iproute2 util-linux python3-matplotlib
     # the network fault tests make a simulated host go silent (test/faults)
     nftables
+    # the fuzz targets (test/fuzz): clang with libFuzzer and its sanitizer runtimes
+    clang-16 libfuzzer-16-dev libclang-rt-16-dev
 )
 
 install_packages() {
@@ -97,14 +100,18 @@ install_packages() {
 # 2. Build: autogen when needed, configure once per build dir, make -j, install.
 # ---------------------------------------------------------------------------------------
 # Compilers go through ccache when it is there, so rebuilds after a clean are quick.
+# The fuzz tree is built with clang (qs_compiler=clang), every other one with GCC.
 compilers=()
+qs_compiler=gcc
 set_compilers() {
+    local cxx=g++ cc=gcc
+    [ "$qs_compiler" = clang ] && cxx=clang++-16 cc=clang-16
     if command -v ccache >/dev/null; then
         export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/loom-ccache}
         export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-2G}
-        compilers=("CXX=ccache g++" "CC=ccache gcc")
+        compilers=("CXX=ccache $cxx" "CC=ccache $cc")
     else
-        compilers=("CXX=g++" "CC=gcc")
+        compilers=("CXX=$cxx" "CC=$cc")
     fi
 }
 
@@ -262,26 +269,41 @@ tsan_filter+=":Rcache*:*UcpWakeup*:*UcpThreads*:*UcpClientServer*:*UcpKeepalive*
 tsan_filter+="-MemHooks.TrimOfTheMainHeapIsReported:RcacheEvents.FreedBufferMallocedAgainIsRegisteredAgain"
 tsan_tests="test/gtest/gtest-ucs test/gtest/gtest-ucp"
 
-# run_tsan_checks DIR: builds the gtest suites in the ThreadSanitizer tree DIR and runs the
-# threaded tests ($tsan_filter). Any report fails its suite (TSan exits non-zero); the
-# suppressions file holds third-party code only, each with its reason.
-run_tsan_checks() {
-    local dir=$1
-    say "running the threaded suites (tsan)"
+# run_some_checks DIR LABEL "PROGRAMS" "TESTS": builds only PROGRAMS in DIR (not the
+# tools, bindings and other tests that "make check" would build first) and runs TESTS
+# with the harness (check-TESTS, told that PROGRAMS are all the check programs, so it
+# builds nothing else). The environment of the call reaches the tests.
+run_some_checks() {
+    local dir=$1 label=$2 programs=$3 tests=$4
+    say "running the test suites ($label)"
     find "$dir/test" \( -name '*.trs' -o -name '*.log' \) -delete 2>/dev/null || true
-    # Only what the two suites need is built (not the tools, bindings and other tests that
-    # "make check" would build first), then the harness runs them (check-TESTS).
     # shellcheck disable=SC2086
-    if make -C "$dir" -j"$jobs" $tsan_tests >"$dir/check.out" 2>&1; then
-        GTEST_FILTER=$tsan_filter \
-        TSAN_OPTIONS="suppressions=$top/test/tsan.supp second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}" \
-            make -C "$dir" -j"$jobs" check-TESTS TESTS="$tsan_tests" >>"$dir/check.out" 2>&1 || true
+    if make -C "$dir" -j"$jobs" $programs >"$dir/check.out" 2>&1; then
+        make -C "$dir" -j"$jobs" check-TESTS TESTS="$tests" check_PROGRAMS="$programs" check_LTLIBRARIES= \
+            >>"$dir/check.out" 2>&1 || true
     fi
-    grep -E '^(PASS|FAIL|ERROR|XPASS|XFAIL|SKIP):' "$dir/check.out" | sed "s|^|  [tsan] |" || true
+    grep -E '^(PASS|FAIL|ERROR|XPASS|XFAIL|SKIP):' "$dir/check.out" | sed "s|^|  [$label] |" || true
     if ! find "$dir/test" -name '*.trs' | grep -q .; then
         grep -E 'error' -A3 "$dir/check.out" | head -40 >&2
         echo "quickstart.sh: building the tests failed in $dir (full output: $dir/check.out)" >&2
     fi
+}
+
+# run_tsan_checks DIR: the threaded tests ($tsan_filter) in the ThreadSanitizer tree DIR.
+# Any report fails its suite (TSan exits non-zero); the suppressions file holds
+# third-party code only, each with its reason.
+run_tsan_checks() {
+    GTEST_FILTER=$tsan_filter \
+    TSAN_OPTIONS="suppressions=$top/test/tsan.supp second_deadlock_stack=1 history_size=4 ${TSAN_OPTIONS:-}" \
+        run_some_checks "$1" tsan "$tsan_tests" "$tsan_tests"
+}
+
+# run_fuzz_checks DIR: the fuzz targets in the clang tree DIR (--enable-fuzz, ASan, UBSan):
+# test/fuzz/run_fuzz.sh makes each replay its regression corpus, then fuzz for
+# FUZZ_SECONDS (default 50; all four within 4 minutes).
+fuzz_targets="test/fuzz/fuzz_address test/fuzz/fuzz_config test/fuzz/fuzz_protocol test/fuzz/fuzz_rkey"
+run_fuzz_checks() {
+    run_some_checks "$1" fuzz "$fuzz_targets" test/fuzz/run_fuzz.sh
 }
 
 summarize() {
@@ -329,14 +351,20 @@ if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     timed "tsan: configure" configure_dir "$tsan" --enable-tsan --enable-assertions
     timed "tsan: make check of the threaded suites (build and run)" run_tsan_checks "$tsan"
     suite_times "$tsan" tsan
+    fuzz="$build/fuzz"
+    qs_compiler=clang
+    timed "fuzz: configure (clang)" configure_dir "$fuzz" --enable-fuzz --enable-asan --enable-ubsan --enable-assertions
+    qs_compiler=gcc
+    timed "fuzz: build the targets and fuzz each" run_fuzz_checks "$fuzz"
+    suite_times "$fuzz" fuzz
 else
-    echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan and ThreadSanitizer builds were not run" >&2
+    echo "NOTE: LOOM_QS_SKIP_SANITIZERS=1: the AddressSanitizer+UBSan, ThreadSanitizer and fuzz builds were not run" >&2
 fi
 # The verbs suite needs RDMA devices: this machine's, or the rdma-vm beside the checkout.
 # Both builds' suites run in one VM boot (a boot under TCG costs most of a minute). The
 # ThreadSanitizer build's threaded suites have no verbs part.
 rdma_builds=("${logdirs[@]#*=}")
-[ -z "${tsan:-}" ] || logdirs+=("tsan=$tsan")
+[ -z "${tsan:-}" ] || logdirs+=("tsan=$tsan" "fuzz=$fuzz")
 LOOM_QS_TIMING_LOG=$timing_log timed "verbs suites (rdma) of ${#rdma_builds[@]} build(s), one VM boot" \
     "$top/test/rdma/run_rdma_tests.sh" "${rdma_builds[@]}" || true
 children_cpu

@@ -128,7 +128,8 @@ int invoke(Worker& w, const AmWorker::Handler& h, const AmHdr& hdr, std::uint64_
     // Copied first: the handler may replace itself.
     const AmRecvCallback cb = h.cb;
     void* const arg = h.arg;
-    return cb(arg, hdr.header_length != 0 ? header : nullptr, hdr.header_length, data, length, &param);
+    return static_cast<int>(cb(arg, hdr.header_length != 0 ? header : nullptr, hdr.header_length, data,
+                               length, reinterpret_cast<const loom_am_recv_param_t*>(&param)));
 }
 
 /**
@@ -215,12 +216,12 @@ Status am_only_handler(void* arg, void* data, std::size_t length, unsigned flags
 }
 
 /** A reassembled message is complete (or failed: peer gone, worker destroyed). */
-void am_assembled(void* request, int status, const TagRecvInfo*, void* user_data) {
+void am_assembled(void* request, loom_status_t status, const loom_tag_recv_info_t*, void* user_data) {
     auto* desc = static_cast<AmDataDesc*>(user_data);
     // The assembling receive (am_first_handler) is ours: done with it.
     if (request != nullptr) desc->worker->release(request_of(request));
     AmWorker& am = am_of(*desc->worker);
-    if (status != static_cast<int>(Status::ok)) {
+    if (status != LOOM_OK) {
         LOOM_LOG_DEBUG("ucp: active message to id {} from {:016x} lost: {}", desc->am.am_id, desc->sender_uuid,
                        to_string(static_cast<Status>(status)));
         free_data_desc(am, desc);
@@ -267,7 +268,7 @@ Status am_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     if (hdr.am.header_length != 0) std::memcpy(desc->header(), header, hdr.am.header_length);
     if (chunk != 0) std::memcpy(desc->data(), header + hdr.am.header_length, chunk);
     if (chunk == hdr.total_length) {  // nothing follows (a peer's choice; ours always fragments)
-        am_assembled(nullptr, static_cast<int>(Status::ok), nullptr, desc);
+        am_assembled(nullptr, LOOM_OK, nullptr, desc);
         return Status::ok;
     }
     // The fragments go through the tag protocol's routing (Worker::frags) to a receive

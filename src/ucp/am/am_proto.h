@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include "loom/ucp_am.h"
 #include "ucp/core/wire.h"
 #include "ucp/core/worker.h"
 #include "ucs/memory/mem_pool.h"
@@ -33,9 +34,11 @@ enum AmRecvAttr : std::uint64_t {
     kAmRecvAttrRndv = 1u << 17,
 };
 
-/** The application's handler (layout of loom_am_recv_callback_t). */
-using AmRecvCallback = int (*)(void* arg, const void* header, std::size_t header_length, void* data,
-                               std::size_t length, const AmRecvParam* param);
+/** The application's handler: the C API's type, called through it (see SendCallback). */
+using AmRecvCallback = loom_am_recv_callback_t;
+static_assert(sizeof(AmRecvParam) == sizeof(loom_am_recv_param_t) &&
+                  offsetof(AmRecvParam, reply_ep) == offsetof(loom_am_recv_param_t, reply_ep),
+              "AmRecvParam is handed to the application as a loom_am_recv_param_t");
 
 /** Handler flags (LOOM_AM_FLAG_*). */
 enum AmHandlerFlags : std::uint32_t {

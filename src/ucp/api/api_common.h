@@ -32,7 +32,7 @@ inline Request* new_request(Worker& w, const loom_request_param_t* p) {
     Request* req = (attr(p) & LOOM_OP_ATTR_FIELD_REQUEST) ? w.init_caller_request(p->request) : w.alloc_request();
     if (req == nullptr) return nullptr;
     if (attr(p) & LOOM_OP_ATTR_FIELD_USER_DATA) req->user_data = p->user_data;
-    if (attr(p) & LOOM_OP_ATTR_FIELD_CALLBACK) req->cb.send = reinterpret_cast<SendCallback>(p->cb.send);
+    if (attr(p) & LOOM_OP_ATTR_FIELD_CALLBACK) req->cb.send = p->cb.send;
     if (LOOM_UNLIKELY(attr(p) & LOOM_OP_ATTR_FIELD_REQUEST_DATA)) {
         std::memcpy(handle_of(req), &p->request_data, sizeof(p->request_data));
     }

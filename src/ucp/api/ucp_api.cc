@@ -406,7 +406,7 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
         }
         if (peer_mode) e->flags |= kEpErrModePeer;
         if (params->field_mask & LOOM_EP_PARAM_FIELD_ERR_HANDLER) {
-            e->on_error = reinterpret_cast<EpErrorCallback>(params->err_handler.cb);
+            e->on_error = params->err_handler.cb;
             e->on_error_arg = params->err_handler.arg;
         }
         if (params->field_mask & LOOM_EP_PARAM_FIELD_USER_DATA) e->user_data = params->user_data;
@@ -661,7 +661,7 @@ loom_status_t loom_worker_set_am_recv_handler(loom_worker_h worker, const loom_a
     const std::uint32_t flags = (param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_FLAGS) ? param->flags : 0;
     void* arg = (param->field_mask & LOOM_AM_HANDLER_PARAM_FIELD_ARG) ? param->arg : nullptr;
     WorkerGuard guard(*W(worker));
-    return C(am_set_handler(*W(worker), param->id, flags, reinterpret_cast<AmRecvCallback>(param->cb), arg));
+    return C(am_set_handler(*W(worker), param->id, flags, param->cb, arg));
 }
 
 loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep_h, unsigned id, const void* header, size_t header_length,

@@ -9,6 +9,7 @@
  */
 #pragma once
 
+#include "loom/ucp_ep.h"
 #include "ucp/core/request.h"
 #include "ucs/datastruct/list.h"
 #include "uct/api/uct.h"
@@ -43,8 +44,8 @@ struct Lane {
     std::uint32_t queued = 0;
 };
 
-/** Error callback of an endpoint (the C API's loom_err_handler_cb_t). */
-using EpErrorCallback = void (*)(void* arg, void* ep, int status);
+/** Error callback of an endpoint: the C API's type, called through it (see SendCallback). */
+using EpErrorCallback = loom_err_handler_cb_t;
 
 enum EpFlags : std::uint8_t {
     kEpInternal = 1u << 0,  ///< created by a peer's wire-up, not (yet) by the application

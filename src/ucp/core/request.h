@@ -11,6 +11,7 @@
  */
 #pragma once
 
+#include "loom/ucp_request.h"
 #include "ucp/dt/datatype.h"
 #include "ucs/datastruct/list.h"
 #include "uct/api/uct_types.h"
@@ -27,15 +28,22 @@ class Ep;
 /** A message tag (the tag family's matching key; also carried by completions). */
 using Tag = std::uint64_t;
 
-/** Completion callbacks (layouts of the C API's). */
-using SendCallback = void (*)(void* request, int status, void* user_data);
+/**
+ * Completion callbacks: the C API's own types, so that the application's function is
+ * called through its real type (a call through another function type is undefined
+ * behaviour; clang's UBSan checks it).
+ */
+using SendCallback = loom_send_nbx_callback_t;
 struct TagRecvInfo {
     Tag sender_tag;
     std::size_t length;
 };
-using RecvCallback = void (*)(void* request, int status, const TagRecvInfo* info, void* user_data);
+static_assert(sizeof(TagRecvInfo) == sizeof(loom_tag_recv_info_t) &&
+                  offsetof(TagRecvInfo, length) == offsetof(loom_tag_recv_info_t, length),
+              "TagRecvInfo is handed to the application as a loom_tag_recv_info_t");
+using RecvCallback = loom_tag_recv_nbx_callback_t;
 /** Completion of a receive that reports only its length (active-message data, streams). */
-using RecvLengthCallback = void (*)(void* request, int status, std::size_t length, void* user_data);
+using RecvLengthCallback = loom_stream_recv_nbx_callback_t;
 
 enum ReqFlags : std::uint16_t {
     kReqCompleted = 1u << 0,

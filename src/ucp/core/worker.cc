@@ -602,7 +602,7 @@ void Worker::report_completion(Request* req) {
     const auto cb = req->cb;
     void* const user_data = req->user_data;
     void* const handle = handle_of(req);
-    const int status = static_cast<int>(req->status);
+    const auto status = static_cast<loom_status_t>(req->status);
     const std::uint16_t flags = req->flags;
     TagRecvInfo info{};
     if (flags & kReqRecv) info = req->recv.info;
@@ -612,7 +612,7 @@ void Worker::report_completion(Request* req) {
     if (flags & kReqRecvLength) {
         if (cb.recv_length) cb.recv_length(handle, status, info.length, user_data);
     } else if (flags & kReqRecv) {
-        if (cb.recv) cb.recv(handle, status, &info, user_data);
+        if (cb.recv) cb.recv(handle, status, reinterpret_cast<const loom_tag_recv_info_t*>(&info), user_data);
     } else if (cb.send) {
         cb.send(handle, status, user_data);
     }
@@ -1133,7 +1133,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     for_each_family<&ProtoFamily::ep_failed>(*this, ep, status);
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
-        ep->on_error(ep->on_error_arg, ep, static_cast<int>(status));
+        ep->on_error(ep->on_error_arg, reinterpret_cast<loom_ep_h>(ep), static_cast<loom_status_t>(status));
     }
 }
 

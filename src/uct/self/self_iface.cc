@@ -71,7 +71,8 @@ Status resolve(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std
     }
     IfaceRegistry& reg = iface_registry();
     std::lock_guard guard(reg.lock);
-    auto it = reg.ifaces.find(iface.iface_id);
+    const std::uint64_t iface_id = iface.iface_id;  // a packed member: no reference to it
+    auto it = reg.ifaces.find(iface_id);
     if (it == reg.ifaces.end()) return fail(Status::unreachable, "no such self iface in this process (closed?)");
     if (target) *target = it->second;
     return Status::ok;

@@ -135,8 +135,22 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
     key->cache_key = 0;
     const ProcessIdentity self = this_process();
     if (pk.pid == static_cast<std::uint32_t>(self.pid) && pk.process_cookie == self.cookie) {
+        // Our own memory, reached with plain loads and stores: only a live registration of
+        // this process may name it (a forged key would reach any address; found by fuzzing).
+        if (with_region(pk.key_id, pk.address, pk.length, pk.access, [](std::uint8_t*) {}) != Status::ok) {
+            LOOM_LOG_ERROR(
+                "rkey_unpack: key {} of this process names no registration covering {:#x}+{} with "
+                "access {:#x} (forged, or deregistered)",
+                pk.key_id, pk.address, pk.length, pk.access);
+            return Status::invalid_param;
+        }
         key->kind = KeyKind::local;  // our own memory: the address is valid here
         key->base = reinterpret_cast<std::uint8_t*>(pk.address);
+    } else if (pk.pid == static_cast<std::uint32_t>(self.pid)) {
+        // Our pid, another process's cookie: a key of a process that had our pid before us.
+        // Reaching "process pid" with it (CMA, or our own FIFO) would reach us instead.
+        LOOM_LOG_ERROR("rkey_unpack: key of an earlier process with this pid {} (stale or forged)", pk.pid);
+        return Status::invalid_param;
     } else if (alloc) {
         if (pk.seg.pid != pk.pid || pk.seg.size < pk.length) {
             LOOM_LOG_ERROR(

@@ -432,14 +432,6 @@ ssize_t tcp_put_bcopy(Ep* base, PackCallback pack, void* arg, std::uint64_t remo
     return sent;
 }
 
-/** Queues @p req as the next reply @p ep waits for. */
-LOOM_ALWAYS_INLINE void expect_reply(TcpEp* ep, ReqDesc* req, ReqKind kind, Completion* comp, std::uint64_t length) {
-    req->kind = kind;
-    req->comp = comp;
-    req->length = length;
-    ep->outstanding.push_back(*req);
-}
-
 /** Sends a request frame that expects a reply described by @p req (queued once the frame is committed). */
 LOOM_ALWAYS_INLINE Status send_request(TcpEp* ep, ReqDesc* req, iovec* iov, std::size_t iovcnt, std::size_t total,
                                        unsigned ncopy) {

@@ -94,7 +94,7 @@ Result<std::unique_ptr<Iface>> TcpIface::open(TcpMd* md, Worker* worker, const T
     if (!epoll) return epoll.status();
     iface->epoll_ = std::move(*epoll);
     if (Status s = iface->create_pools(); s != Status::ok) return s;
-    if (Status s = iface->listen(min_port, max_port); s != Status::ok) return s;
+    if (Status s = iface->open_listen_socket(min_port, max_port); s != Status::ok) return s;
     if (Status s = iface->choose_congestion(); s != Status::ok) return s;
     LOOM_LOG_DEBUG("tcp/{}: listening on {}", device.name, addr_text(iface->listen_addr_));
     return std::unique_ptr<Iface>(iface.release());
@@ -137,7 +137,7 @@ Status TcpIface::create_pools() {
     return Status::ok;
 }
 
-Status TcpIface::listen(std::uint16_t min_port, std::uint16_t max_port) {
+Status TcpIface::open_listen_socket(std::uint16_t min_port, std::uint16_t max_port) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         LOOM_LOG_ERROR("tcp/{}: socket() failed: {}", device_.name, std::strerror(errno));

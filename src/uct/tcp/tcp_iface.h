@@ -208,7 +208,7 @@ private:
              const TcpConfig& config);
 
     // set-up, polling, failures, pending requests (tcp_iface.cc)
-    Status listen(std::uint16_t min_port, std::uint16_t max_port);
+    Status open_listen_socket(std::uint16_t min_port, std::uint16_t max_port);
     Status choose_congestion();
     bool set_congestion(TcpEp* ep, const std::string& name);
     Status create_pools();

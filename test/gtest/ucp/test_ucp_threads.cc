@@ -244,6 +244,17 @@ TEST_P(UcpThreadsTest, FourThreadsSendReceiveAndAccessMemoryOnOneWorker) {
     rp.op_attr_mask = LOOM_OP_ATTR_FIELD_RECV_INFO;
     rp.recv_info.tag_recv = &info;
     const int total = kThreads * kIterations;
+    // A send of the peer: progressed by this thread until it completes (bounded); its status.
+    auto peer_wait = [&](loom_status_ptr_t s) {
+        while (LOOM_PTR_IS_PTR(s) && loom_request_check_status(s) == LOOM_INPROGRESS &&
+               Clock::now() < deadline) {
+            loom_worker_progress(peer_);
+        }
+        if (!LOOM_PTR_IS_PTR(s)) return LOOM_PTR_STATUS(s);
+        const loom_status_t status = loom_request_check_status(s);
+        if (status != LOOM_INPROGRESS) loom_request_free(s);
+        return status;
+    };
     loom_status_ptr_t recv = nullptr;
     bool posted = false;
     while ((finished.load() < kThreads || echoed < total || answered < total) && Clock::now() < deadline) {
@@ -259,17 +270,8 @@ TEST_P(UcpThreadsTest, FourThreadsSendReceiveAndAccessMemoryOnOneWorker) {
             ASSERT_EQ(LOOM_OK, st);
             if (LOOM_PTR_IS_PTR(recv)) loom_request_free(recv);
             posted = false;
-            loom_status_ptr_t s =
-                loom_tag_send_nbx(peer_ep_, buf.data(), info.length, info.sender_tag, nullptr);
-            while (LOOM_PTR_IS_PTR(s) && loom_request_check_status(s) == LOOM_INPROGRESS &&
-                   Clock::now() < deadline) {
-                loom_worker_progress(peer_);
-            }
-            ASSERT_FALSE(LOOM_PTR_IS_ERR(s));
-            if (LOOM_PTR_IS_PTR(s)) {
-                ASSERT_EQ(LOOM_OK, loom_request_check_status(s));
-                loom_request_free(s);
-            }
+            ASSERT_EQ(LOOM_OK, peer_wait(loom_tag_send_nbx(peer_ep_, buf.data(), info.length, info.sender_tag,
+                                                           nullptr)));
             ++echoed;
         }
         std::deque<AmHeader> answers;
@@ -279,17 +281,8 @@ TEST_P(UcpThreadsTest, FourThreadsSendReceiveAndAccessMemoryOnOneWorker) {
         }
         for (const AmHeader& h : answers) {
             auto data = pattern(h.length, h.thread, h.index);
-            loom_status_ptr_t s =
-                loom_am_send_nbx(peer_ep_, kAmReply, &h, sizeof(h), data.data(), h.length, nullptr);
-            while (LOOM_PTR_IS_PTR(s) && loom_request_check_status(s) == LOOM_INPROGRESS &&
-                   Clock::now() < deadline) {
-                loom_worker_progress(peer_);
-            }
-            ASSERT_FALSE(LOOM_PTR_IS_ERR(s));
-            if (LOOM_PTR_IS_PTR(s)) {
-                ASSERT_EQ(LOOM_OK, loom_request_check_status(s));
-                loom_request_free(s);
-            }
+            ASSERT_EQ(LOOM_OK, peer_wait(loom_am_send_nbx(peer_ep_, kAmReply, &h, sizeof(h), data.data(),
+                                                          h.length, nullptr)));
             ++answered;
         }
     }
