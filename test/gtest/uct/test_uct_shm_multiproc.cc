@@ -12,8 +12,11 @@
 #include "uct/shm/shm_iface.h"
 #include "uct/shm/shm_segment.h"
 
+#include <fcntl.h>
+#include <grp.h>
 #include <linux/capability.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -498,6 +501,54 @@ TEST(ShmMultiProcess, KernelForbiddingCmaFallsBackToEmulation) {
     EXPECT_EQ("ok", verdict(child));
     EXPECT_TRUE(big == expected_big()) << "the emulated puts did not land";
     EXPECT_EQ(0, child.wait());
+}
+
+/**
+ * Segments are the owner's user's only: a process of another user (the child, as nobody)
+ * can open neither kind of FIFO (memfd through /proc, posix in /dev/shm) nor a mem_alloc
+ * segment behind a key, so it can neither send into nor read from them, and each refusal
+ * says why in one line.
+ */
+TEST(ShmMultiProcess, AnotherUserCannotReachOurSegments) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a peer as another user (nobody)";
+    ShmSide memfd_side({{"SHM_SEGMENT", "memfd"}});
+    ShmSide posix_side({{"SHM_SEGMENT", "posix"}});
+    auto alloc = posix_side.md().mem_alloc(4096, kAccessAll);
+    ASSERT_TRUE(alloc.ok());
+    auto key = posix_side.pack(alloc->second);
+    ForkedPeer child([&](Channel& ch) {
+        ChildReport report;
+        constexpr uid_t kNobody = 65534;
+        if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+            report.check(false, std::string("cannot become nobody: ") + std::strerror(errno));
+            return report.finish(ch);
+        }
+        loom::test::LogCapture capture("error");
+        ShmSide side;  // its own FIFO works, as nobody
+        for (const auto& [what, address] :
+             {std::pair{"memfd FIFO", memfd_side.address()}, std::pair{"posix FIFO", posix_side.address()}}) {
+            auto ep = side.connect(address);
+            report.check(!ep.ok() && ep.status() == Status::unreachable,
+                         std::string("the ") + what + " of another user was reachable");
+        }
+        auto rkey = shm_component().rkey_unpack(key.data(), key.size());
+        report.check(!rkey.ok() && rkey.status() == Status::unreachable,
+                     "a mem_alloc segment of another user was mapped");
+        report.check(capture.count("Permission denied") == 3,
+                     "not one line saying permission was denied for each: " + capture.text());
+        // Nor can it open the owner's segments by their names.
+        int fd = -1;
+        for (const std::string& name : loom_shm_names()) {
+            if (name.rfind("loom-0-", 0) != 0) continue;  // the parent's (root's); the child's own are its
+            int f = ::shm_open(("/" + name).c_str(), O_RDWR, 0);
+            if (f >= 0) fd = f;
+        }
+        report.check(fd < 0, "a segment in /dev/shm of another user opened read-write");
+        return report.finish(ch);
+    });
+    EXPECT_EQ("ok", verdict(child));
+    EXPECT_EQ(0, child.wait());
+    EXPECT_EQ(Status::ok, posix_side.md().mem_free(alloc->second));
 }
 
 // --- Atomics on shared allocations ----------------------------------------------------------------
