@@ -7,7 +7,7 @@
 # line per step; a crash, a hang (-timeout) or a leak fails it and leaves the input that
 # did it in $top_builddir/test/fuzz/artifacts/.
 #
-#   FUZZ_SECONDS   seconds of fuzzing per target (default 45: five targets in under 4 min)
+#   FUZZ_SECONDS   seconds of fuzzing per target (default 40: six targets in 4 min)
 #   FUZZ_SEED      libFuzzer's -seed (default 1)
 #
 set -uo pipefail
@@ -15,9 +15,9 @@ top_srcdir=${top_srcdir:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 top_builddir=${top_builddir:-$PWD}
 . "$top_srcdir/test/tools/tap.sh"
 
-seconds=${FUZZ_SECONDS:-45}
+seconds=${FUZZ_SECONDS:-40}
 seed=${FUZZ_SEED:-1}
-targets="fuzz_address fuzz_config fuzz_protocol fuzz_rkey fuzz_tcp"
+targets="fuzz_address fuzz_config fuzz_protocol fuzz_rkey fuzz_shm fuzz_tcp"
 work=$top_builddir/test/fuzz/work
 artifacts=$top_builddir/test/fuzz/artifacts
 mkdir -p "$artifacts"

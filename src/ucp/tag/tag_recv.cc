@@ -36,6 +36,8 @@ void free_desc(Worker& w, UnexpDesc* desc) {
 
 /** A descriptor with room for @p data_length bytes after it; nullptr without memory. */
 UnexpDesc* alloc_desc(Worker& w, std::size_t data_length) {
+    // A peer's absurd total length must not wrap the size below (found by fuzzing).
+    if (LOOM_UNLIKELY(data_length > SIZE_MAX / 2 - sizeof(UnexpDesc))) return nullptr;
     UnexpDesc* desc;
     bool pooled = data_length <= TagWorker::kSmallDescData;
     if (pooled) {

@@ -31,8 +31,8 @@ unsigned ShmIface::progress(Iface* base) {
         tsan_fifo_acquire();
         const std::uint32_t cells = cell->hdr.cells;
         const std::uint32_t length = cell->hdr.length;
-        const bool valid = cells != 0 && (rx.tail & rx.mask) + cells <= rx.mask + 1 &&
-                           length <= cells * kCellSize - sizeof(MsgHeader);
+        const bool cells_fit = cells != 0 && (rx.tail & rx.mask) + cells <= rx.mask + 1;
+        const bool valid = cells_fit && length <= cells * kCellSize - sizeof(MsgHeader);
         if (LOOM_LIKELY(cell->hdr.type == MsgType::am && valid)) {
             // In place: the cells stay ours until tail moves past them. No descriptor to keep.
             (void)iface->invoke_am(cell->hdr.am_id, cell->payload(), length, 0);
@@ -42,7 +42,10 @@ unsigned ShmIface::progress(Iface* base) {
             rx.tail += cells;
         } else {
             iface->bad_message(cell);
-            rx.tail += 1;
+            // Skip the whole run the producer reserved when its size is plausible: the next
+            // header is after it (skipping one cell would wait forever for a header inside
+            // the run, which nobody publishes; found by fuzzing).
+            rx.tail += cells_fit ? cells : 1;
         }
         if (++count == kRxBatch) break;
     }
