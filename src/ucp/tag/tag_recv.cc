@@ -175,6 +175,13 @@ Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) 
         return Status::ok;
     }
     const FragKey key{hdr.sender_uuid, hdr.msg_id};
+    if (LOOM_UNLIKELY(w.frags.count(key) != 0)) {
+        // A sender numbers its messages once: this one is forged or duplicated. Taking it
+        // would orphan the message being assembled under that number (found by fuzzing).
+        LOOM_LOG_WARN("ucp: dropped a first fragment of message {} from {:016x}, already open", hdr.msg_id,
+                      hdr.sender_uuid);
+        return Status::ok;
+    }
     if (TagRecvEntry* entry = tag_of(w).tm.match_expected(hdr.tag)) {
         Request* req = recv_of(entry);
         req->recv.info.sender_tag = hdr.tag;
