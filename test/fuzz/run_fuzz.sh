@@ -23,9 +23,10 @@ artifacts=$top_builddir/test/fuzz/artifacts
 mkdir -p "$artifacts"
 export LOOM_LOG_LEVEL=${LOOM_LOG_LEVEL:-fatal} LOOM_HANDLE_ERRORS=no
 # A leak is a failure. A forged length may ask for a huge allocation: Loom handles malloc
-# returning NULL (the message is dropped with an error), so the sanitizer returns NULL
-# instead of aborting, and libFuzzer's own limit on one allocation is set above it.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+# returning NULL (the message is dropped with an error), so the sanitizer returns NULL for
+# anything over 1 GiB instead of aborting (or slowly mapping gigabytes of shadow for it),
+# and libFuzzer's own limit on one allocation is set above that.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024}
 [ -x /usr/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/bin/llvm-symbolizer}
 
 for t in $targets; do
