@@ -31,7 +31,7 @@ targets=${*:-fuzz_address fuzz_config fuzz_protocol fuzz_rkey fuzz_shm fuzz_tcp}
 tree=$top/build/fuzz
 [ -f "$tree/Makefile" ] || { echo "run.sh: no $tree: run ./quickstart.sh test first" >&2; exit 1; }
 for t in $targets; do make -C "$tree" -s "test/fuzz/$t" >/dev/null; done
-export LOOM_LOG_LEVEL=fatal LOOM_HANDLE_ERRORS=no ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024
+export LOOM_LOG_LEVEL=fatal LOOM_HANDLE_ERRORS=no ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256
 [ -x /usr/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer
 printf '| target | executions | seconds | exec/s | coverage (cov) | features (ft) | corpus | result |\n'
 printf '| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n'

@@ -24,9 +24,10 @@ mkdir -p "$artifacts"
 export LOOM_LOG_LEVEL=${LOOM_LOG_LEVEL:-fatal} LOOM_HANDLE_ERRORS=no
 # A leak is a failure. A forged length may ask for a huge allocation: Loom handles malloc
 # returning NULL (the message is dropped with an error), so the sanitizer returns NULL for
-# anything over 1 GiB instead of aborting (or slowly mapping gigabytes of shadow for it),
-# and libFuzzer's own limit on one allocation is set above that.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=1024}
+# anything over 256 MiB instead of aborting (or slowly mapping gigabytes of shadow for it,
+# which forged messages kept waiting then pile up), and libFuzzer's own limit on one
+# allocation is set above that.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:max_allocation_size_mb=256}
 [ -x /usr/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/bin/llvm-symbolizer}
 
 for t in $targets; do
@@ -46,7 +47,8 @@ for t in $targets; do
     fi
     rm -rf "${work:?}/$t" && mkdir -p "$work/$t"
     log=$top_builddir/test/fuzz/$t.fuzz.log
-    "$bin" -seed="$seed" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2000000 -print_final_stats=1 \
+    # timeout: a target that stops between inputs (a stuck leak scan, say) fails, never hangs.
+    timeout -k 10 $((seconds + 120)) "$bin" -seed="$seed" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2000000 -print_final_stats=1 \
         -artifact_prefix="$artifacts/$t-" "$work/$t" ${files:+"$corpus"} > "$log" 2>&1
     rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
