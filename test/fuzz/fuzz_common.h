@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace loom::fuzz {
 
@@ -21,6 +22,17 @@ namespace loom::fuzz {
 inline void quiet_log() {
     setenv("LOOM_LOG_LEVEL", "fatal", 0);
     setenv("LOOM_HANDLE_ERRORS", "no", 0);
+}
+
+/** The next sizeof(T) bytes of an input as a T (zeros past its end); consumes them. */
+template <typename T>
+T take(const std::uint8_t*& data, std::size_t& size) {
+    T value{};
+    const std::size_t n = size < sizeof(T) ? size : sizeof(T);
+    std::memcpy(&value, data, n);
+    data += n;
+    size -= n;
+    return value;
 }
 
 /** A context with @p features over LOOM_TLS=@p tls and one worker; aborts if either fails. */

@@ -95,16 +95,6 @@ struct Side {
 
 std::unique_ptr<Side> g_sides[2];
 
-template <typename T>
-T take(const std::uint8_t*& data, std::size_t& size) {
-    T value{};
-    std::size_t n = size < sizeof(T) ? size : sizeof(T);
-    std::memcpy(&value, data, n);
-    data += n;
-    size -= n;
-    return value;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -120,12 +110,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    const auto how = take<std::uint8_t>(data, size);
+    const auto how = loom::fuzz::take<std::uint8_t>(data, size);
     Side& side = *g_sides[how & 1];
     const unsigned op = (how >> 1) % 3;
-    const auto offset = take<std::int64_t>(data, size);
-    const std::size_t length = take<std::uint16_t>(data, size) % (3 * side.page);
-    const auto key_length_change = take<std::int8_t>(data, size);
+    const auto offset = loom::fuzz::take<std::int64_t>(data, size);
+    const std::size_t length = loom::fuzz::take<std::uint16_t>(data, size) % (3 * side.page);
+    const auto key_length_change = loom::fuzz::take<std::int8_t>(data, size);
     // The key: the genuine one, its bytes XORed with the rest of the input, cut or grown.
     std::vector<std::uint8_t> key = side.key;
     for (std::size_t i = 0; i < size && i < key.size(); ++i) key[i] ^= data[i];

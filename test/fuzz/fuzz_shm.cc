@@ -56,16 +56,6 @@ struct Target {
 
 Target* g_target;
 
-template <typename T>
-T take(const std::uint8_t*& data, std::size_t& size) {
-    T value{};
-    const std::size_t n = std::min(size, sizeof(T));
-    std::memcpy(&value, data, n);
-    data += n;
-    size -= n;
-    return value;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -75,9 +65,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     Target& t = *g_target;
-    const auto type = take<std::uint8_t>(data, size);
-    const auto am_id = take<std::uint8_t>(data, size);
-    const auto length_delta = take<std::int16_t>(data, size);
+    const auto type = loom::fuzz::take<std::uint8_t>(data, size);
+    const auto am_id = loom::fuzz::take<std::uint8_t>(data, size);
+    const auto length_delta = loom::fuzz::take<std::int16_t>(data, size);
     shm::FifoCtl* fifo = t.ep->fifo;
     // The cells the data needs, at most a quarter of the ring.
     const std::uint64_t max_cells = (fifo->mask + 1) / 4;
