@@ -37,17 +37,21 @@ Status tag_family_init(Worker& w) {
 
 void tag_family_cleanup(Worker& w) {
     TagWorker& t = tag_of(w);
-    t.tm.purge_expected([&](TagRecvEntry& entry) {
-        auto* req = reinterpret_cast<Request*>(reinterpret_cast<char*>(&entry) - offsetof(Request, recv.entry));
-        w.complete(req, Status::canceled);
-    });
-    t.tm.purge_unexpected([&](TagUnexpEntry& entry) { free_unexpected(t, reinterpret_cast<UnexpDesc*>(&entry)); });
-    // Messages still being assembled (tag's and the other families' receives alike).
+    // Messages still being assembled (tag's and the other families' receives alike) first:
+    // a descriptor that is also queued as unexpected goes with the queue below (purging the
+    // queue first freed it before this loop asked whether it was queued; found by fuzzing).
     for (auto& [key, target] : w.frags) {
         if (target.recv != nullptr) w.complete(target.recv, Status::canceled);
         if (target.desc != nullptr && !target.desc->entry.queued()) free_unexpected(t, target.desc);
     }
     w.frags.clear();
+    t.tm.purge_expected([&](TagRecvEntry& entry) {
+        auto* req =
+            reinterpret_cast<Request*>(reinterpret_cast<char*>(&entry) - offsetof(Request, recv.entry));
+        w.complete(req, Status::canceled);
+    });
+    t.tm.purge_unexpected(
+        [&](TagUnexpEntry& entry) { free_unexpected(t, reinterpret_cast<UnexpDesc*>(&entry)); });
     delete &t;
     w.family_state[kTagSlot] = nullptr;
 }
