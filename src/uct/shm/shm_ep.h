@@ -160,7 +160,7 @@ private:
                           std::uint64_t remote_addr, Completion* comp);
     static Status emu_get(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovcnt, UnpackCallback unpack,
                           void* arg, std::uint64_t total, std::uint64_t remote_addr, Completion* comp);
-    static bool use_cma(ShmEp* ep);
+    static bool use_cma(ShmEp* ep, const RemoteKey* rk);
 };
 
 /** Operations of the shm iface (shm_ep.cc). */

@@ -25,14 +25,15 @@ RegionTable& region_table() {
 
 namespace {
 
-/** Key ids: unique in this process; a random start so ids of different runs differ. */
-std::uint64_t next_key_id() {
+/** The unique part of a key id (shm_reg_table.h); a random start so ids of different runs differ. */
+std::uint64_t next_key_nonce() {
+    constexpr std::uint64_t kNonceMask = (std::uint64_t{1} << (64 - kSlotBits)) - 1;
     static std::atomic<std::uint64_t> counter{random_u64()};
-    std::uint64_t id;
+    std::uint64_t nonce;
     do {
-        id = counter.fetch_add(1, std::memory_order_relaxed);
-    } while (id == 0);
-    return id;
+        nonce = counter.fetch_add(1, std::memory_order_relaxed) & kNonceMask;
+    } while (nonce == 0);  // a key id is never 0: 0 marks a free slot
+    return nonce;
 }
 
 }  // namespace
@@ -41,23 +42,32 @@ std::uint64_t next_key_id() {
 class SegmentCache {
 public:
     /** Maps (or finds) @p seg; returns its local address and the key to release it with. */
-    Result<std::pair<std::uint8_t*, std::uint64_t>> acquire(const SegmentId& seg, std::string* reason) {
+    /**
+     * Maps (or finds) @p seg, read-write or read-only (a registration table); returns its
+     * local address, its size and the key to release it with.
+     */
+    Result<std::pair<std::uint8_t*, std::uint64_t>> acquire(const SegmentId& seg, bool writable,
+                                                            std::string* reason,
+                                                            std::size_t* size = nullptr) {
         std::lock_guard guard(lock_);
         // The cookie is random per segment: it names the segment on its own (the pid only narrows it).
         std::uint64_t key = seg.cookie;
         auto it = entries_.find(key);
         if (it != entries_.end()) {
-            if (it->second.pid != seg.pid || it->second.mapping.size() < seg.size) {
+            if (it->second.pid != seg.pid || it->second.mapping.size() < seg.size ||
+                it->second.writable != writable) {
                 if (reason) *reason = "segment cookie reused with different contents";
                 return Status::invalid_param;
             }
             ++it->second.refs;
+            if (size != nullptr) *size = it->second.mapping.size();
             return std::make_pair(static_cast<std::uint8_t*>(it->second.mapping.address()), key);
         }
-        auto mapping = Mapping::attach(seg, reason);
+        auto mapping = Mapping::attach(seg, reason, writable);
         if (!mapping) return mapping.status();
         auto* address = static_cast<std::uint8_t*>(mapping->address());
-        entries_.emplace(key, Entry{std::move(*mapping), seg.pid, 1});
+        if (size != nullptr) *size = mapping->size();
+        entries_.emplace(key, Entry{std::move(*mapping), seg.pid, 1, writable});
         return std::make_pair(address, key);
     }
 
@@ -79,6 +89,7 @@ private:
         Mapping mapping;
         std::uint32_t pid;
         unsigned refs;
+        bool writable;
     };
     std::mutex lock_;
     std::map<std::uint64_t, Entry> entries_;
@@ -128,6 +139,7 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
     key->address = pk.address;
     key->length = pk.length;
     key->base = nullptr;
+    key->slot = nullptr;
     key->access = pk.access;
     key->pid = pk.pid;
     key->key_id = pk.key_id;
@@ -160,7 +172,7 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
             return Status::invalid_param;
         }
         std::string reason;
-        auto mapped = cache_->acquire(pk.seg, &reason);
+        auto mapped = cache_->acquire(pk.seg, true, &reason);
         if (!mapped) {
             LOOM_LOG_ERROR("rkey_unpack: cannot map the memory of process {}: {}", pk.pid, reason);
             return mapped.status();
@@ -171,9 +183,48 @@ Result<Rkey> ShmComponent::rkey_unpack(const std::uint8_t* packed, std::size_t l
         key->cache_key = mapped->second;
     } else {
         key->kind = KeyKind::remote;
+        if (Status status = attach_published_slot(pk, *key); status != Status::ok) return status;
     }
     RemoteKey* raw = key.release();
     return Rkey{reinterpret_cast<std::uint64_t>(raw), raw};
+}
+
+Status ShmComponent::attach_published_slot(const PackedRkey& pk, RemoteKey& key) const {
+    if (pk.seg.kind == 0) return Status::ok;  // the owner publishes no table: emulated put/get only
+    if (pk.seg.pid != pk.pid) {
+        LOOM_LOG_ERROR("rkey_unpack: malformed key (registration table of pid {} for a region of pid {})",
+                       pk.seg.pid, pk.pid);
+        return Status::invalid_param;
+    }
+    std::string reason;
+    std::size_t size = 0;
+    auto mapped = cache_->acquire(pk.seg, false, &reason, &size);
+    if (!mapped) {
+        // CMA needs more rights than opening the table does, so it would fail too: emulate.
+        LOOM_LOG_DEBUG("rkey_unpack: registration table of process {} not mapped ({}): put/get emulated",
+                       pk.pid, reason);
+        return Status::ok;
+    }
+    const RegSlot* slot = table_slot(mapped->first, size, pk.pid, pk.process_cookie, pk.seg.cookie,
+                                     slot_of(pk.key_id), &reason);
+    if (slot == nullptr) {
+        cache_->release(mapped->second);
+        LOOM_LOG_ERROR("rkey_unpack: key {:#x} of process {}: {} (forged or corrupt)", pk.key_id, pk.pid,
+                       reason);
+        return Status::invalid_param;
+    }
+    if (!slot_allows(*slot, pk.key_id, pk.address, pk.length, pk.access)) {
+        cache_->release(mapped->second);
+        LOOM_LOG_ERROR(
+            "rkey_unpack: process {} has no registration {:#x} covering {:#x}+{} with access {:#x} "
+            "(deregistered, or a forged key)",
+            pk.pid, pk.key_id, pk.address, pk.length, pk.access);
+        return Status::invalid_param;
+    }
+    key.slot = slot;
+    key.cache = cache_.get();  // the table stays mapped while the key lives
+    key.cache_key = mapped->second;
+    return Status::ok;
 }
 
 void ShmComponent::rkey_release(const Rkey& rkey) const {
@@ -194,9 +245,18 @@ Status ShmComponent::rkey_ptr(const Rkey& rkey, std::uint64_t remote_addr, void*
 
 // --- Md ---------------------------------------------------------------------------------
 
-ShmMd::ShmMd(const Component& component, const ShmConfig& config) : Md(component, "shm"), config_(config) {}
+ShmMd::ShmMd(const Component& component, const ShmConfig& config) : Md(component, "shm"), config_(config) {
+    detail::RegionTable& table = detail::region_table();
+    std::lock_guard guard(table.lock);
+    ++table.open_mds;
+}
 
-ShmMd::~ShmMd() = default;
+ShmMd::~ShmMd() {
+    detail::RegionTable& table = detail::region_table();
+    std::lock_guard guard(table.lock);
+    // With the last md, registrations are over: peers' keys stop working, the segment goes.
+    if (--table.open_mds == 0) table.published.close();
+}
 
 Status ShmMd::query(MdAttr& attr) const {
     attr = {};
@@ -229,13 +289,17 @@ Result<MemH> ShmMd::add_region(std::uint8_t* address, std::size_t length, unsign
                                std::unique_ptr<Segment> segment) {
     auto region = std::make_unique<MemRegion>();
     region->md = this;
-    region->key_id = next_key_id();
     region->address = address;
     region->length = length;
     region->access = access;
-    region->segment = std::move(segment);
     detail::RegionTable& table = detail::region_table();
     std::lock_guard guard(table.lock);
+    // Peers map a mem_alloc segment and cannot reach beyond it; a registration they reach by
+    // CMA, so it is published for their checks.
+    region->key_id = segment != nullptr ? (next_key_nonce() << kSlotBits) | kNoSlot
+                                        : table.published.publish(next_key_nonce(), address, length, access,
+                                                                  config_.segment);
+    region->segment = std::move(segment);
     table.regions.emplace(region->key_id, region.get());
     table.handles.insert(region.get());
     return static_cast<MemH>(region.release());
@@ -255,6 +319,7 @@ Status ShmMd::remove_region(MemH memh, bool allocated) {
         }
         table.regions.erase(region->key_id);
         table.handles.erase(region);
+        table.published.withdraw(region->key_id);
     }
     delete region;  // unmaps and removes the segment of an allocation
     return Status::ok;
@@ -311,7 +376,12 @@ Status ShmMd::mkey_pack(MemH memh, std::uint8_t* out) const {
         pk.address = reinterpret_cast<std::uintptr_t>(region->address);
         pk.length = region->length;
         pk.key_id = region->key_id;
-        if (region->segment) pk.seg = region->segment->id();
+        if (region->segment) {
+            pk.seg = region->segment->id();
+        } else if (const SegmentId* published = table.published.segment_id();
+                   published != nullptr && slot_of(region->key_id) != kNoSlot) {
+            pk.seg = *published;  // the registration table peers check before CMA
+        }
     }
     std::memcpy(out, &pk, sizeof(pk));
     return Status::ok;

@@ -22,6 +22,7 @@
 
 #include "uct/api/uct.h"
 #include "uct/shm/shm_config.h"
+#include "uct/shm/shm_reg_table.h"
 #include "uct/shm/shm_segment.h"
 
 #include <cstdint>
@@ -35,7 +36,7 @@ namespace loom::uct::shm {
 /** A registration or allocation of this process (what a MemH points at). */
 struct MemRegion {
     const void* md;        ///< the ShmMd that created it (mem_dereg/mem_free check)
-    std::uint64_t key_id;  ///< random, unique in this process; names the region in remote keys
+    std::uint64_t key_id;  ///< unique in this process, names the region in remote keys (shm_reg_table.h)
     std::uint8_t* address;
     std::size_t length;
     unsigned access;                   ///< MemAccess bits
@@ -62,17 +63,23 @@ enum class KeyKind : std::uint8_t {
 };
 
 class SegmentCache;
+struct PackedRkey;
 
 /** An unpacked remote key; the data path's rkey word is its address. */
 struct RemoteKey {
     std::uint64_t address;  ///< start of the region in the owner's address space
     std::uint64_t length;
     std::uint8_t* base;  ///< where address is in this process (local, mapped); null for remote
+    /**
+     * remote: the owner's published slot of this registration, checked before every CMA
+     * access; null when the owner publishes none (then put/get are emulated: the owner checks).
+     */
+    const RegSlot* slot;
     KeyKind kind;
     std::uint8_t access;  ///< MemAccess bits granted by the owner
     std::uint32_t pid;    ///< owner
     std::uint64_t key_id;
-    SegmentCache* cache;  ///< mapped: where to release the mapping
+    SegmentCache* cache;  ///< mapped (the segment), remote (the owner's table): where to release the mapping
     std::uint64_t cache_key;
 
     /** Checks that [addr, addr + len) lies in the region and @p need rights are granted. */
@@ -102,6 +109,14 @@ public:
     Status rkey_ptr(const Rkey& rkey, std::uint64_t remote_addr, void** address) const override;
 
 private:
+    /**
+     * For a peer's registration key: maps the owner's registration table (read-only) and
+     * points @p key at its slot, after checking that the table is the owner's and the slot
+     * still publishes the key's region. invalid_param (logged) for a key the table denies;
+     * ok with no slot when the key names no table or it cannot be mapped (emulated put/get).
+     */
+    Status attach_published_slot(const PackedRkey& pk, RemoteKey& key) const;
+
     std::unique_ptr<SegmentCache> cache_;
 };
 
@@ -138,6 +153,8 @@ struct RegionTable {
     std::mutex lock;
     std::map<std::uint64_t, MemRegion*> regions;  ///< by key id
     std::set<const MemRegion*> handles;           ///< the live MemH values, checked before use
+    PublishedRegions published;                   ///< what peers check before CMA
+    unsigned open_mds = 0;                        ///< the table is closed with the last md
 };
 
 RegionTable& region_table();

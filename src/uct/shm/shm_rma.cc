@@ -139,9 +139,11 @@ bool push_fragments(ShmEp* ep, FifoCtl* fifo, const Iov* iov, std::size_t iovcnt
 
 // --- Sender side --------------------------------------------------------------------------------
 
-bool EpOps::use_cma(ShmEp* ep) {
+bool EpOps::use_cma(ShmEp* ep, const RemoteKey* rk) {
     auto* iface = static_cast<ShmIface*>(ep->iface);
-    return iface->config_.cma != ucs::config::Ternary::no && ep->peer->cma != CmaState::forbidden;
+    // Without the owner's published slot nothing could check a CMA access: emulate (the owner checks).
+    return rk->slot != nullptr && iface->config_.cma != ucs::config::Ternary::no &&
+           ep->peer->cma != CmaState::forbidden;
 }
 
 Status EpOps::cma_failed(ShmEp* ep, int err, bool write) {
@@ -185,6 +187,19 @@ bool cma_forbidden(ShmEp* ep, const ShmConfig& config, int err) {
     return true;
 }
 
+/**
+ * Whether the owner still publishes @p rk's registration covering the access (checked
+ * before every CMA access: the kernel checks nothing); otherwise logs why and returns false.
+ */
+bool published_allows(const RemoteKey* rk, std::uint64_t addr, std::uint64_t len, unsigned need) {
+    if (LOOM_LIKELY(slot_allows(*rk->slot, rk->key_id, addr, len, need))) return true;
+    LOOM_LOG_ERROR(
+        "refused a {} of {:#x}+{} in process {}: it no longer has registration {:#x} (deregistered), or the "
+        "registration does not cover the key's region (forged key)",
+        need == kAccessRemotePut ? "put" : "get", addr, len, rk->pid, rk->key_id);
+    return false;
+}
+
 /** Remote memory is reached through the endpoint's peer: a key of another process cannot work. */
 LOOM_COLD Status wrong_process(const RemoteKey* rk, const ShmEp* ep) {
     LOOM_LOG_ERROR("the remote key belongs to process {} but the endpoint leads to process {}", rk->pid,
@@ -199,7 +214,8 @@ Status EpOps::remote_write(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t
     auto* iface = static_cast<ShmIface*>(ep->iface);
     if (rk->pid != ep->peer->seg.pid) return wrong_process(rk, ep);
     if (total == 0) return Status::ok;
-    if (use_cma(ep)) {
+    if (use_cma(ep, rk)) {
+        if (!published_allows(rk, remote_addr, total, kAccessRemotePut)) return Status::access_denied;
         int err = cma_transfer(true, static_cast<pid_t>(rk->pid), iov, iovcnt, remote_addr, total);
         if (err == 0) {
             ep->peer->cma = CmaState::works;
@@ -215,12 +231,15 @@ ssize_t EpOps::remote_put_bcopy(ShmEp* ep, RemoteKey* rk, PackCallback pack, voi
     auto* iface = static_cast<ShmIface*>(ep->iface);
     const std::size_t max = iface->config_.max_bcopy;
     if (rk->pid != ep->peer->seg.pid) return static_cast<ssize_t>(wrong_process(rk, ep));
-    if (use_cma(ep)) {
+    if (use_cma(ep, rk)) {
         const std::size_t length = pack(iface->bounce_.data(), arg);
         if (length > max)
             LOOM_FATAL("put_bcopy: pack callback wrote {} bytes, more than the {}-byte limit", length, max);
         if (!rk->allows(remote_addr, length, kAccessRemotePut)) {
             return static_cast<ssize_t>(access_denied(rk, remote_addr, length, kAccessRemotePut));
+        }
+        if (!published_allows(rk, remote_addr, length, kAccessRemotePut)) {
+            return static_cast<ssize_t>(Status::access_denied);
         }
         const Iov iov{iface->bounce_.data(), length, kMemHNull};
         int err =
@@ -296,7 +315,8 @@ Status EpOps::remote_read(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t 
         if (unpack != nullptr) unpack(arg, iface->bounce_.data(), 0);
         return Status::ok;
     }
-    if (use_cma(ep)) {
+    if (use_cma(ep, rk)) {
+        if (!published_allows(rk, remote_addr, total, kAccessRemoteGet)) return Status::access_denied;
         // get_bcopy reads into the staging buffer (total <= max_bcopy, checked by the caller).
         const Iov staging{iface->bounce_.data(), static_cast<std::size_t>(total), kMemHNull};
         int err = unpack != nullptr

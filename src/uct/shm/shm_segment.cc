@@ -51,11 +51,11 @@ std::string fd_link(pid_t pid, int fd) {
  * endpoint cost 60 us and a quarter of a megabyte of page-table-backed resident memory,
  * and most peers of a large job touch only the first cells of each other's rings.
  */
-void* map_fd(int fd, std::size_t size, bool populate, void* fixed_address = nullptr) {
+void* map_fd(int fd, std::size_t size, bool populate, void* fixed_address = nullptr, bool writable = true) {
     // MAP_FIXED_NOREPLACE: never over what is mapped there already (a kernel older than 4.17
     // ignores the flag and may place the mapping elsewhere: checked below).
     const int fixed = fixed_address != nullptr ? MAP_FIXED_NOREPLACE : 0;
-    void* address = ::mmap(fixed_address, size, PROT_READ | PROT_WRITE,
+    void* address = ::mmap(fixed_address, size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
                            MAP_SHARED | fixed | (populate ? MAP_POPULATE : 0), fd, 0);
     if (address == MAP_FAILED) return nullptr;
     if (fixed_address != nullptr && address != fixed_address) {
@@ -192,7 +192,7 @@ void Segment::release() noexcept {
 
 // --- Mapping ----------------------------------------------------------------------------
 
-Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
+Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason, bool writable) {
     auto fail = [&](Status status, std::string why) -> Result<Mapping> {
         if (reason) *reason = std::move(why);
         return status;
@@ -209,7 +209,7 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
         if (id.fd > static_cast<std::uint32_t>(INT32_MAX))
             return fail(Status::invalid_address, "bad fd number");
         what = fd_link(static_cast<pid_t>(id.pid), static_cast<int>(id.fd));
-        fd = ::open(what.c_str(), O_RDWR | O_CLOEXEC);
+        fd = ::open(what.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
         if (fd < 0) {
             int err = errno;
             if (err == EACCES || err == EPERM) {
@@ -233,7 +233,7 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
         }
     } else if (id.kind == static_cast<std::uint8_t>(SegmentKind::posix)) {
         what = posix_segment_name(id);
-        fd = ::shm_open(what.c_str(), O_RDWR | O_CLOEXEC, 0);
+        fd = ::shm_open(what.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
         if (fd < 0) {
             int err = errno;
             return fail(Status::unreachable,
@@ -251,7 +251,7 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason) {
     }
     Mapping mapping;
     mapping.size_ = static_cast<std::size_t>(id.size);
-    mapping.address_ = map_fd(fd, mapping.size_, false);
+    mapping.address_ = map_fd(fd, mapping.size_, false, nullptr, writable);
     int err = errno;
     ::close(fd);
     if (mapping.address_ == nullptr) {

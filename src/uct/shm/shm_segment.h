@@ -101,12 +101,12 @@ private:
 class Mapping {
 public:
     /**
-     * Maps the segment @p id read-write. Returns unreachable when the owner is gone, the
-     * cookie does not match (a reused pid or fd), the segment is too small or the
-     * permissions forbid it, with the explanation in @p reason; invalid_address for an
-     * id that cannot be valid (unknown kind, size 0).
+     * Maps the segment @p id read-write (read-only unless @p writable). Returns unreachable when the owner is
+     * gone, the cookie does not match (a reused pid or fd), the segment is too small or the permissions
+     * forbid it, with the explanation in @p reason; invalid_address for an id that cannot be valid (unknown
+     * kind, size 0).
      */
-    static Result<Mapping> attach(const SegmentId& id, std::string* reason);
+    static Result<Mapping> attach(const SegmentId& id, std::string* reason, bool writable = true);
 
     Mapping() = default;
     Mapping(Mapping&& other) noexcept;

@@ -180,8 +180,8 @@ inline constexpr std::size_t kIfaceAddrLen = 1 + sizeof(SegmentId);
 
 // --- Remote keys ----------------------------------------------------------------------------
 
-/** Version of the packed remote key. */
-inline constexpr std::uint8_t kRkeyVersion = 1;
+/** Version of the packed remote key (2: reg keys name the owner's registration table). */
+inline constexpr std::uint8_t kRkeyVersion = 2;
 
 /** What a packed remote key names (PackedRkey::kind). */
 enum class PackedKind : std::uint8_t { reg = 1, alloc = 2 };
@@ -197,7 +197,7 @@ struct PackedRkey {
     std::uint64_t address;
     std::uint64_t length;
     std::uint64_t key_id;
-    SegmentId seg;  ///< alloc: the segment to map; zero for reg
+    SegmentId seg;  ///< alloc: the segment to map; reg: the owner's registration table, or zero
 };
 static_assert(sizeof(PackedRkey) == 80 && std::is_trivially_copyable_v<PackedRkey>, "a wire format");
 

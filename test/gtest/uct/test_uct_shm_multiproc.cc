@@ -11,6 +11,7 @@
 #include "common/test_helpers.h"
 #include "uct/shm/shm_iface.h"
 #include "uct/shm/shm_segment.h"
+#include "uct/shm/shm_wire.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -421,6 +422,131 @@ INSTANTIATE_TEST_SUITE_P(Cma, ShmRmaTest, testing::Values("yes", "no"),
                          [](const testing::TestParamInfo<const char*>& info) {
                              return std::string(info.param) == "yes" ? "Cma" : "Emulated";
                          });
+
+/** A packed shm key with its region moved to @p address + @p length (a forged key). */
+std::vector<std::uint8_t> forge_region(std::vector<std::uint8_t> key, std::uint64_t address,
+                                       std::uint64_t length) {
+    std::memcpy(key.data() + offsetof(loom::uct::shm::PackedRkey, address), &address, sizeof(address));
+    std::memcpy(key.data() + offsetof(loom::uct::shm::PackedRkey, length), &length, sizeof(length));
+    return key;
+}
+
+/**
+ * CMA is performed by the kernel, which checks nothing of Loom's keys: the initiator checks
+ * each access against the registrations the target publishes. The target registers one
+ * page between two canary pages; a key forged to cover the canaries is refused, and once
+ * the target deregistered the page the old key reaches nothing (every put and get
+ * flavour), also after the same page is registered again (new key, same slot).
+ */
+TEST(ShmMultiProcess, CmaReachesOnlyWhatTheTargetStillRegisters) {
+    constexpr std::size_t kPage = 4096;
+    ForkedPeer child([](Channel& ch) {
+        ChildReport report;
+        ShmSide side;
+        std::vector<std::uint8_t> area(3 * kPage, 0xc5);  // canary, region, canary
+        std::uint8_t* region = area.data() + kPage;
+        std::memset(region, 0, kPage);
+        auto memh = side.md().mem_reg(region, kPage, kAccessAll);
+        report.check(memh.ok(), "mem_reg");
+        ch.send(side.address());
+        ch.send(side.pack(*memh));
+        const auto where = reinterpret_cast<std::uint64_t>(region);
+        ch.send(std::vector<std::uint8_t>(reinterpret_cast<const std::uint8_t*>(&where),
+                                          reinterpret_cast<const std::uint8_t*>(&where) + sizeof(where)));
+        report.check(ch.recv_text() == "dereg", "no dereg command");
+        report.check(side.md().mem_dereg(*memh) == Status::ok, "mem_dereg");
+        ch.send(std::string("deregistered"));
+        report.check(ch.recv_text() == "again", "no again command");
+        auto again = side.md().mem_reg(region, kPage, kAccessAll);
+        report.check(again.ok(), "mem_reg again");
+        ch.send(side.pack(*again));
+        report.check(ch.recv_text() == "check", "no check command");
+        for (std::size_t i = 0; i < kPage; ++i) {
+            if (area[i] != 0xc5 || area[2 * kPage + i] != 0xc5) {
+                report.check(false, "a canary changed at offset " + std::to_string(i));
+                break;
+            }
+        }
+        auto expected = pattern(kPage, 7);
+        std::memcpy(expected.data() + 100, pattern(200, 8).data(), 200);  // the put with the new key
+        report.check(std::memcmp(region, expected.data(), kPage) == 0,
+                     "the region does not hold exactly the puts made while it was registered");
+        report.check(side.md().mem_dereg(*again) == Status::ok, "mem_dereg again");
+        return report.finish(ch);
+    });
+    Channel& ch = child.channel();
+    ShmSide side({{"SHM_CMA", "yes"}});
+    auto address = ch.recv();
+    auto packed = ch.recv();
+    auto where_bytes = ch.recv();
+    ASSERT_TRUE(address && packed && where_bytes && where_bytes->size() == 8);
+    std::uint64_t where;
+    std::memcpy(&where, where_bytes->data(), 8);
+    Ep* ep = side.connect_or_throw(*address);
+    const Component& component = shm_component();
+
+    // A key forged to cover the canaries around the region is refused on unpack.
+    {
+        loom::test::LogCapture capture("error");
+        for (auto [from, length] : {std::pair{where - kPage, 3 * kPage}, std::pair{where, 2 * kPage},
+                                    std::pair{where - 64, kPage}}) {
+            auto forged = forge_region(*packed, from, length);
+            EXPECT_EQ(Status::invalid_param, component.rkey_unpack(forged.data(), forged.size()).status());
+        }
+        EXPECT_EQ(3, capture.count("has no registration"));
+    }
+
+    // The genuine key works by CMA (the target does not progress).
+    Rkey key = component.rkey_unpack(packed->data(), packed->size()).value();
+    auto data = pattern(kPage, 7);
+    Iov iov{data.data(), kPage, kMemHNull};
+    TestCompletion comp;
+    ASSERT_EQ(Status::ok, ep_put_zcopy(ep, &iov, 1, where, key.rkey, &comp));
+
+    // Deregistered: the key unpacked before reaches nothing, whatever the flavour.
+    ch.send(std::string("dereg"));
+    ASSERT_EQ("deregistered", ch.recv_text());
+    auto other = pattern(kPage, 9);
+    std::vector<std::uint8_t> back(kPage, 0);
+    {
+        loom::test::LogCapture capture("error");
+        Iov other_iov{other.data(), kPage, kMemHNull};
+        EXPECT_EQ(Status::access_denied, ep_put_zcopy(ep, &other_iov, 1, where, key.rkey, &comp));
+        EXPECT_EQ(Status::access_denied, ep_put_short(ep, other.data(), 8, where, key.rkey));
+        EXPECT_EQ(static_cast<ssize_t>(Status::access_denied),
+                  ep_put_bcopy(ep, pack_vector, &other, where, key.rkey));
+        Iov back_iov{back.data(), kPage, kMemHNull};
+        EXPECT_EQ(Status::access_denied, ep_get_zcopy(ep, &back_iov, 1, where, key.rkey, &comp));
+        Unpacked unpacked;
+        EXPECT_EQ(Status::access_denied,
+                  ep_get_bcopy(ep, Unpacked::unpack, &unpacked, 64, where, key.rkey, &comp));
+        EXPECT_EQ(5, capture.count("no longer has registration"));
+        // Unpacking it again is refused at once.
+        EXPECT_EQ(Status::invalid_param, component.rkey_unpack(packed->data(), packed->size()).status());
+    }
+    EXPECT_EQ(std::vector<std::uint8_t>(kPage, 0), back) << "a refused get wrote into our buffer";
+
+    // Registered again (a new key, most likely in the same slot): the old key stays refused.
+    ch.send(std::string("again"));
+    auto renewed = ch.recv();
+    ASSERT_TRUE(renewed);
+    Rkey new_key = component.rkey_unpack(renewed->data(), renewed->size()).value();
+    {
+        loom::test::LogCapture capture("error");
+        EXPECT_EQ(Status::access_denied, ep_put_short(ep, other.data(), 8, where, key.rkey));
+    }
+    auto small = pattern(200, 8);
+    Iov small_iov{small.data(), small.size(), kMemHNull};
+    EXPECT_EQ(Status::ok, ep_put_zcopy(ep, &small_iov, 1, where + 100, new_key.rkey, &comp));
+    Iov back_iov{back.data(), kPage, kMemHNull};
+    EXPECT_EQ(Status::ok, ep_get_zcopy(ep, &back_iov, 1, where, new_key.rkey, &comp));
+    EXPECT_EQ(0, std::memcmp(back.data() + 100, small.data(), small.size()));
+    component.rkey_release(key);
+    component.rkey_release(new_key);
+    ch.send(std::string("check"));
+    EXPECT_EQ("ok", verdict(child));
+    EXPECT_EQ(0, child.wait());
+}
 
 /** Makes this process non-dumpable for a while: peers without CAP_SYS_PTRACE may not ptrace it. */
 class NonDumpable {
