@@ -62,8 +62,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string error;
     const std::string_view whole(reinterpret_cast<const char*>(data), size);
     if (loom::ucs::config::ConfigFile::parse("fuzz.conf", whole, file, error) == loom::Status::ok) {
+        // closest_variable is an edit distance to every variable: a few entries exercise it, and
+        // files of hundreds of entries spent nearly all of a campaign there (265 inputs a second).
+        std::size_t looked_up = 0;
         for (const auto& entry : file.entries()) {
-            if (entry.name.size() <= 64) (void)loom::ucs::config::closest_variable(entry.name);
+            if (looked_up == 4) break;
+            if (entry.name.size() <= 64) {
+                (void)loom::ucs::config::closest_variable(entry.name);
+                ++looked_up;
+            }
         }
     }
     return 0;

@@ -8,12 +8,19 @@
  * endpoint to itself, a posted wildcard tag receive and user AM handlers, so headers that
  * name endpoints, requests and handlers can reach them. Every 512 inputs the worker and its
  * state are replaced, so that kept unexpected messages do not pile up.
+ *
+ * Seeds come from real traffic: with FUZZ_CAPTURE_DIR set, the target sends itself one
+ * operation of each kind (capture_traffic below) and writes every message its self iface
+ * delivers to that directory as an input of this target ("captured-<id>-<n>"), then exits.
+ * test/fuzz/corpus/fuzz_protocol/captured-* were made so.
  */
 #include "fuzz_common.h"
 
 #include "ucp/api/handles.h"
 #include "ucp/core/worker.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -60,9 +67,98 @@ struct Target {
 
 std::unique_ptr<Target> g_target;
 
+/** Writes every message of one active-message id to a file, then hands it to the real handler. */
+struct Recorder {
+    loom::uct::AmHandler original;
+    loom::uct::AmId id = 0;
+    const char* dir = nullptr;
+    unsigned* count = nullptr;
+
+    static loom::Status record(void* arg, void* data, std::size_t length, unsigned flags) {
+        auto* self = static_cast<Recorder*>(arg);
+        char path[4096];
+        std::snprintf(path, sizeof(path), "%s/captured-%02u-%03u", self->dir, self->id, (*self->count)++);
+        if (std::FILE* f = std::fopen(path, "wb")) {
+            const std::uint8_t id = self->id;
+            std::fwrite(&id, 1, 1, f);
+            std::fwrite(data, 1, length, f);
+            std::fclose(f);
+        }
+        return self->original.cb(self->original.arg, data, length, flags);
+    }
+};
+
+/** Progresses @p worker until @p request completes (or 10 s pass), then frees it. */
+void finish(loom_worker_h worker, void* request) {
+    if (!LOOM_PTR_IS_PTR(request)) return;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (loom_request_check_status(request) == LOOM_INPROGRESS &&
+           std::chrono::steady_clock::now() < deadline) {
+        loom_worker_progress(worker);
+    }
+    loom_request_free(request);
+}
+
+/**
+ * One operation of each kind through the target's endpoint to itself: tagged sends from
+ * eager-only to rendezvous, a synchronous one, a canceled unmatched rendezvous send, active
+ * messages eager (one and several fragments) and rendezvous, with a reply endpoint, and stream
+ * bytes.
+ */
+void capture_traffic(Target& t) {
+    loom_worker_h w = t.stack.worker;
+    std::vector<char> out(1 << 20, 'x'), in(1 << 20);
+    for (std::size_t size : {std::size_t{8}, std::size_t{2000}, std::size_t{40000}, std::size_t{1} << 20}) {
+        void* recv = loom_tag_recv_nbx(w, in.data(), in.size(), 7, ~loom_tag_t{0}, nullptr);
+        finish(w, loom_tag_send_nbx(t.ep, out.data(), size, 7, nullptr));
+        finish(w, recv);
+    }
+    void* recv = loom_tag_recv_nbx(w, in.data(), in.size(), 8, ~loom_tag_t{0}, nullptr);
+    finish(w, loom_tag_send_sync_nbx(t.ep, out.data(), 8, 8, nullptr));
+    finish(w, recv);
+    void* unmatched = loom_tag_send_nbx(t.ep, out.data(), out.size(), 9, nullptr);
+    if (LOOM_PTR_IS_PTR(unmatched)) loom_request_cancel(w, unmatched);
+    finish(w, unmatched);
+    for (unsigned flags : {0u, unsigned{LOOM_AM_SEND_FLAG_REPLY}, unsigned{LOOM_AM_SEND_FLAG_EAGER},
+                           unsigned{LOOM_AM_SEND_FLAG_RNDV}}) {
+        for (std::size_t size : {std::size_t{8}, std::size_t{40000}}) {
+            loom_request_param_t p{};
+            p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS;
+            p.flags = flags;
+            const std::uint64_t header = 0x1234;
+            finish(w, loom_am_send_nbx(t.ep, 1, &header, sizeof(header), out.data(), size, &p));
+        }
+    }
+    std::size_t got = 0;
+    void* stream_recv = loom_stream_recv_nbx(t.ep, in.data(), 100, &got, nullptr);
+    finish(w, loom_stream_send_nbx(t.ep, out.data(), 100, nullptr));
+    finish(w, stream_recv);
+    for (int i = 0; i < 100; ++i) loom_worker_progress(w);
+}
+
+/** FUZZ_CAPTURE_DIR: records the messages of capture_traffic as seeds, then exits. */
+void capture_seeds(const char* dir) {
+    Target t;
+    loom::uct::Iface& iface = *t.stack.worker->impl->ifaces[0].iface;
+    static Recorder recorders[kIdRange];
+    static unsigned count = 0;
+    for (unsigned id = 0; id < kIdRange; ++id) {
+        Recorder& r = recorders[id];
+        r.original = iface.am_handler(static_cast<loom::uct::AmId>(id));
+        r.id = static_cast<loom::uct::AmId>(id);
+        r.dir = dir;
+        r.count = &count;
+        (void)iface.set_am_handler(r.id, Recorder::record, &r, r.original.flags);
+    }
+    capture_traffic(t);
+    std::fprintf(stderr, "fuzz_protocol: %u messages written to %s\n", count, dir);
+    std::_Exit(0);  // not a fuzzing run: skip the leak check of what the capture left
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+    if (const char* dir = std::getenv("FUZZ_CAPTURE_DIR")) capture_seeds(dir);
     g_target = std::make_unique<Target>();
     // Registered after the leak checker's own exit handler, so it runs before it.
     std::atexit([] { g_target.reset(); });

@@ -257,6 +257,9 @@ public:
         return h.cb(h.arg, data, length, flags);
     }
 
+    /** The handler registered for @p id (< kAmIdMax): tools that wrap handlers read it first. */
+    const AmHandler& am_handler(AmId id) const { return am_handlers_[id]; }
+
     Md* md() const { return md_; }
     Worker* worker() const { return worker_; }
     const TlResource& resource() const { return resource_; }

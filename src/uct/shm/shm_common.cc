@@ -1,10 +1,12 @@
 #include "uct/shm/shm_log.h"  // first: inline code of the other headers logs to shm_log()
 #include "uct/shm/shm_common.h"
 
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -63,12 +65,27 @@ Result<std::uint64_t> process_start_time(pid_t pid) {
     return start;
 }
 
+namespace {
+
+/** Set in a child after fork (and before the first call): this_process() must recompute. */
+std::atomic<bool> g_identity_stale{true};
+
+void mark_identity_stale() {
+    g_identity_stale.store(true, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 ProcessIdentity this_process() {
     static std::mutex lock;
     static ProcessIdentity identity;
+    // Every registration, key and rendezvous asks: a getpid each time cost ~1 us per shm
+    // rendezvous (ten calls), so the identity is recomputed only after fork.
+    static std::once_flag at_fork;
+    std::call_once(at_fork, [] { ::pthread_atfork(nullptr, nullptr, mark_identity_stale); });
     std::lock_guard guard(lock);
-    pid_t pid = ::getpid();
-    if (identity.pid != pid) {  // first call, or first call in a forked child
+    if (g_identity_stale.exchange(false, std::memory_order_relaxed)) {  // first call, or in a forked child
+        const pid_t pid = ::getpid();
         identity.pid = pid;
         identity.start_time = process_start_time(pid).value_or(0);
         identity.cookie = random_u64();

@@ -26,7 +26,7 @@ struct ProcessIdentity {
     std::uint64_t cookie = 0;
 };
 
-/** This process's identity; recomputed in a child after fork. Control path only (getpid). */
+/** This process's identity; recomputed in a child after fork (pthread_atfork), a lock otherwise. */
 ProcessIdentity this_process();
 
 /**

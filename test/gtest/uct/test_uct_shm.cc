@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -677,6 +678,37 @@ TEST(ShmSegments, PosixNamesLiveWhileTheirOwnerUsesThem) {
     memfd.destroy(to_posix);
     posix.reset();
     EXPECT_EQ(before, loom_shm_names()) << "closing the iface removes the FIFO's name";
+}
+
+/**
+ * The identity (pid, start time, cookie) names the owner of every segment and key; it is
+ * cached, so a forked child must get its own and not keep the parent's.
+ */
+TEST(ShmSegments, AForkedChildHasItsOwnIdentity) {
+    const impl::ProcessIdentity parent = impl::this_process();
+    ASSERT_EQ(::getpid(), parent.pid);
+    int fds[2];
+    ASSERT_EQ(0, ::pipe(fds));
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const impl::ProcessIdentity mine = impl::this_process();
+        const char verdict = mine.pid == ::getpid() && mine.cookie != parent.cookie &&
+                                     mine.start_time >= parent.start_time &&
+                                     impl::this_process().cookie == mine.cookie
+                                 ? 'y'
+                                 : 'n';
+        (void)!::write(fds[1], &verdict, 1);
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    char verdict = 0;
+    EXPECT_EQ(1, ::read(fds[0], &verdict, 1));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_EQ('y', verdict) << "the child kept the parent's identity, or changed it between two calls";
+    EXPECT_EQ(parent.cookie, impl::this_process().cookie) << "the parent's identity changed";
 }
 
 TEST(ShmSegments, SweepRemovesOnlyNamesOfDeadOwners) {
