@@ -115,7 +115,11 @@ typedef struct {
     uint64_t deadline_ns; /**< LOOM_OP_ATTR_FIELD_DEADLINE */
 } loom_request_param_t;
 
-/** LOOM_OK or an error once @p request completed, LOOM_INPROGRESS before. */
+/**
+ * LOOM_OK or an error once @p request completed, LOOM_INPROGRESS before. What an _nbx
+ * call returned that is not a request (NULL, an error code) is answered as its status
+ * (LOOM_PTR_STATUS); loom_request_free and loom_request_cancel ignore it.
+ */
 loom_status_t loom_request_check_status(void* request);
 
 /**
@@ -133,7 +137,8 @@ void loom_request_free(void* request);
  * receiver answers, and the send completes from progress, with LOOM_ERR_CANCELED (the
  * receiver never sees the message) or, when it was already matched, normally. A send
  * that completed, an eager send (complete once handed over), active messages, streams
- * and RMA are not cancelled.
+ * and RMA are not cancelled. @p worker must be the request's (otherwise one error line
+ * and nothing happens).
  */
 void loom_request_cancel(loom_worker_h worker, void* request);
 

@@ -16,6 +16,7 @@
 #include "ucp/stream/stream_proto.h"
 #include "ucs/memory/memhooks.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -212,6 +213,11 @@ loom_status_t loom_worker_create(loom_context_h context, const loom_worker_param
 void loom_worker_destroy(loom_worker_h worker) { delete worker; }
 
 unsigned loom_worker_progress(loom_worker_h worker) {
+    if (LOOM_UNLIKELY(worker == nullptr)) {
+        static std::atomic<bool> logged{false};  // a progress loop would repeat the line forever
+        if (!logged.exchange(true)) LOOM_LOG_ERROR("ucp: loom_worker_progress: NULL worker (logged once)");
+        return 0;
+    }
     WorkerGuard guard(*W(worker));
     return W(worker)->progress();
 }
@@ -304,12 +310,18 @@ static bool completed(const Request* req) {
     return __atomic_load_n(&req->flags.bits, __ATOMIC_ACQUIRE) & kReqCompleted;
 }
 
+// What an _nbx call returned when it is not a request (NULL: done in the call, or an error
+// code) is answered as its status, as LOOM_PTR_STATUS would; freeing or cancelling it does
+// nothing: a caller that handles both kinds alike must not crash.
+
 loom_status_t loom_request_check_status(void* request) {
+    if (LOOM_UNLIKELY(!LOOM_PTR_IS_PTR(request))) return LOOM_PTR_STATUS(request);
     Request* req = request_of(request);
     return completed(req) ? C(req->status) : LOOM_INPROGRESS;
 }
 
 loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* info) {
+    if (LOOM_UNLIKELY(!LOOM_PTR_IS_PTR(request))) return LOOM_PTR_STATUS(request);
     Request* req = request_of(request);
     if (!completed(req)) return LOOM_INPROGRESS;
     if (info != nullptr && (req->flags & kReqRecv)) std::memcpy(info, &req->recv.info, sizeof(*info));
@@ -317,6 +329,7 @@ loom_status_t loom_tag_recv_request_test(void* request, loom_tag_recv_info_t* in
 }
 
 void loom_request_free(void* request) {
+    if (LOOM_UNLIKELY(!LOOM_PTR_IS_PTR(request))) return;
     Request* req = request_of(request);
     WorkerGuard guard(*req->worker);
     if (req->flags & kReqCompleted) {
@@ -327,7 +340,12 @@ void loom_request_free(void* request) {
 }
 
 void loom_request_cancel(loom_worker_h worker, void* request) {
+    if (LOOM_UNLIKELY(!LOOM_PTR_IS_PTR(request))) return;
     Request* req = request_of(request);
+    if (LOOM_UNLIKELY(worker == nullptr || W(worker) != req->worker)) {
+        LOOM_LOG_ERROR("ucp: loom_request_cancel: {} worker, not the request's", worker ? "another" : "NULL");
+        return;
+    }
     WorkerGuard guard(*W(worker));
     if (req->flags & kReqCompleted) return;
     if (!(req->flags & kReqRecv)) {
@@ -807,6 +825,7 @@ loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep_h, const void* buffer, size_
     const bool imm = !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL);
     if (LOOM_LIKELY(dt == dt_make_contig(1) && count < ep->stream_short_limit && ep->num_pending == 0 && imm)) {
         if (count == 0) return nullptr;  // nothing to append
+        if (LOOM_UNLIKELY(buffer == nullptr)) return status_ptr(DtState::null_buffer(true));
         Status s = uct::ep_am_short(ep->am_ep, kAmStreamData, w.uuid, buffer, static_cast<unsigned>(count));
         if (LOOM_LIKELY(s == Status::ok)) return nullptr;
         if (s != Status::no_resource) return status_ptr(s);
@@ -877,6 +896,7 @@ loom_status_ptr_t loom_stream_recv_nbx(loom_ep_h ep_h, void* buffer, size_t coun
 }
 
 loom_status_t loom_stream_recv_request_test(void* request, size_t* length) {
+    if (LOOM_UNLIKELY(!LOOM_PTR_IS_PTR(request))) return LOOM_PTR_STATUS(request);
     Request* req = request_of(request);
     if (!completed(req)) return LOOM_INPROGRESS;
     if (length != nullptr && (req->status == Status::ok || req->status == Status::timed_out))

@@ -475,6 +475,43 @@ TEST_P(UcpRequestTest, ContextListsItsResources) {
     EXPECT_EQ(LOOM_ERR_OUT_OF_RANGE, loom_context_resource(ctx_, attr.num_resources, &r));
 }
 
+/**
+ * What an _nbx call returns is a request, NULL (done in the call) or an error code; callers
+ * that handle them alike must not crash: the status calls answer with the status, free and
+ * cancel do nothing. A cancel with another worker than the request's is refused with one
+ * line, and progress of a NULL worker returns 0 (both crashed before).
+ */
+TEST_P(UcpRequestTest, WhatIsNotARequestIsAnsweredWithItsStatus) {
+    void* error =
+        reinterpret_cast<void*>(static_cast<std::intptr_t>(LOOM_ERR_NO_MEMORY));  // as _nbx returns it
+    for (void* r : {static_cast<void*>(nullptr), error}) {
+        const loom_status_t expected = r == nullptr ? LOOM_OK : LOOM_ERR_NO_MEMORY;
+        EXPECT_EQ(expected, loom_request_check_status(r));
+        loom_tag_recv_info_t info{77, 77};
+        EXPECT_EQ(expected, loom_tag_recv_request_test(r, &info));
+        EXPECT_EQ(77u, info.length) << "the info of no request was written";
+        std::size_t length = 77;
+        EXPECT_EQ(expected, loom_stream_recv_request_test(r, &length));
+        EXPECT_EQ(77u, length);
+        loom_request_cancel(sender_, r);
+        loom_request_free(r);
+    }
+    loom::test::LogCapture log("error");
+    EXPECT_EQ(0u, loom_worker_progress(nullptr));
+    EXPECT_EQ(0u, loom_worker_progress(nullptr));
+    EXPECT_LE(log.count("loom_worker_progress: NULL worker"), 1) << "logged once per process";
+    // A receive that waits, cancelled with a NULL or another worker: refused; with its own: cancelled.
+    char buf[8];
+    loom_status_ptr_t r = loom_tag_recv_nbx(receiver_, buf, sizeof(buf), 99, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    loom_request_cancel(nullptr, r);
+    if (receiver_ != sender_) loom_request_cancel(sender_, r);
+    EXPECT_EQ(receiver_ != sender_ ? 2 : 1, log.count("loom_request_cancel:"));
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(r));
+    loom_request_cancel(receiver_, r);
+    EXPECT_EQ(LOOM_ERR_CANCELED, wait(r));
+}
+
 INSTANTIATE_TEST_SUITE_P(Tls, UcpRequestTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}, TlSet{"shm_tcp", "shm,tcp", false}),
