@@ -104,10 +104,11 @@ std::uint64_t PublishedRegions::publish(std::uint64_t nonce, const void* address
     }
     const std::uint64_t key_id = (nonce << kSlotBits) | index;
     RegSlot& slot = slots()[index];
-    // The slot is free (id 0): readers holding an older id already fail; fields, then the id.
-    slot.address.store(reinterpret_cast<std::uintptr_t>(address), std::memory_order_relaxed);
-    slot.length.store(length, std::memory_order_relaxed);
-    slot.access.store(access, std::memory_order_relaxed);
+    // The slot is free (id 0): readers holding an older id already fail. The fields are
+    // release stores, so a reader that sees one of them also sees the clear before it.
+    slot.address.store(reinterpret_cast<std::uintptr_t>(address), std::memory_order_release);
+    slot.length.store(length, std::memory_order_release);
+    slot.access.store(access, std::memory_order_release);
     slot.key_id.store(key_id, std::memory_order_release);
     return key_id;
 }
@@ -117,9 +118,7 @@ void PublishedRegions::withdraw(std::uint64_t key_id) {
     if (index >= used_ || !owned_here()) return;  // never published, or the table was closed or inherited
     RegSlot& slot = slots()[index];
     if (slot.key_id.load(std::memory_order_relaxed) != key_id) return;
-    slot.key_id.store(0, std::memory_order_relaxed);
-    // Orders the clear before the next publish()'s field stores, as a reader sees them.
-    std::atomic_thread_fence(std::memory_order_release);
+    slot.key_id.store(0, std::memory_order_relaxed);  // publish()'s release stores order it for readers
     free_.push_back(static_cast<std::uint32_t>(index));
 }
 

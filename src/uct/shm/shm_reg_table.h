@@ -17,8 +17,10 @@
  *
  * Slots are written under the process's region lock and read by peers without one, as a
  * sequence lock whose sequence is the key id (ids never repeat): the writer clears the id,
- * fences, writes the fields, then stores the new id; a reader that sees the same id before
- * and after reading the fields has read them consistently.
+ * writes the fields (release: after the clear), then stores the new id (release); a reader
+ * loads the id, the fields (acquire: before what follows) and the id again, and one that
+ * sees the same id both times has read the fields of that registration. No fences (which
+ * ThreadSanitizer does not take), and on x86 every access is a plain move.
  *
  * What this does not close: a target that deregisters a region while a peer's CMA to it
  * is under way (the check came first). Real RDMA has the same window: deregistering memory
@@ -83,10 +85,9 @@ constexpr std::uint64_t slot_of(std::uint64_t key_id) {
 inline bool slot_allows(const RegSlot& slot, std::uint64_t key_id, std::uint64_t addr, std::uint64_t len,
                         unsigned need) {
     if (slot.key_id.load(std::memory_order_acquire) != key_id) return false;
-    const std::uint64_t base = slot.address.load(std::memory_order_relaxed);
-    const std::uint64_t length = slot.length.load(std::memory_order_relaxed);
-    const std::uint64_t access = slot.access.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    const std::uint64_t base = slot.address.load(std::memory_order_acquire);
+    const std::uint64_t length = slot.length.load(std::memory_order_acquire);
+    const std::uint64_t access = slot.access.load(std::memory_order_acquire);
     if (slot.key_id.load(std::memory_order_relaxed) != key_id) return false;  // rewritten meanwhile
     const std::uint64_t offset = addr - base;  // wraps to a huge value below the region
     return offset <= length && len <= length - offset && (access & need) == need;
