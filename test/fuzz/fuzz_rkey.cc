@@ -8,10 +8,11 @@
  * checks. Whatever unpacks is used: nothing outside the region may be touched (a guard
  * page faults, a canary changed aborts).
  *
- * The sides: self and shm within this process (the region is ours), and shm to a child
- * process that owns the region, once with CMA (the kernel copies; Loom checks the child's
- * published registrations first) and once with CMA off (the child's progress checks and
- * copies). The child's canaries are read back with process_vm_readv after every input.
+ * The sides: self, shm and tcp within this process (the region is ours; tcp's target side
+ * checks each access against its key table), and shm to a child process that owns the
+ * region, once with CMA (the kernel copies; Loom checks the child's published registrations
+ * first) and once with CMA off (the child's progress checks and copies). The child's
+ * canaries are read back with process_vm_readv after every input.
  */
 #include "fuzz_common.h"
 
@@ -264,7 +265,7 @@ struct Side {
     }
 };
 
-std::unique_ptr<Side> g_sides[4];
+std::unique_ptr<Side> g_sides[5];
 
 }  // namespace
 
@@ -274,6 +275,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     g_sides[1] = std::make_unique<Side>("shm");
     g_sides[2] = std::make_unique<Side>(g_child, "yes");
     g_sides[3] = std::make_unique<Side>(g_child, "no");
+    g_sides[4] = std::make_unique<Side>("tcp");
     // Registered after the leak checker's own exit handler, so it runs before it.
     std::atexit([] {
         for (auto& side : g_sides) side.reset();
@@ -284,9 +286,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const auto how = loom::fuzz::take<std::uint8_t>(data, size);
-    // Bit 0 and bit 7 pick the side (self, shm here, shm to the child by CMA, emulated).
-    Side& side = *g_sides[(how & 1) | ((how >> 7) << 1)];
-    const unsigned op = ((how & 0x7f) >> 1) % 3;
+    // Bits 0, 6 and 7 pick the side: self, shm here, shm to the child by CMA, emulated, tcp.
+    Side& side = *g_sides[((how & 1) | ((how >> 6) << 1)) % 5];
+    const unsigned op = ((how & 0x3f) >> 1) % 3;
     const auto offset = loom::fuzz::take<std::int64_t>(data, size);
     const std::size_t length = loom::fuzz::take<std::uint16_t>(data, size) % (3 * side.page);
     const auto key_length_change = loom::fuzz::take<std::int8_t>(data, size);
