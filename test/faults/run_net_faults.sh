@@ -90,7 +90,7 @@ wait_for() {
     done
 }
 
-# server HOST NAME: starts a server; sets port.
+# server HOST NAME: starts a server; sets port and server_pid.
 server() {
     rm -f "$tmp/$2.port"
     start "$1" "$2" -l 0 -p "$tmp/$2.port"
@@ -100,6 +100,7 @@ server() {
         return 1
     fi
     port=$(cat "$tmp/$2.port")
+    server_pid=$last_pid
 }
 
 # result NAME OK: prints the TAP line, with the logs of the case on failure.
@@ -120,6 +121,10 @@ result() {
 
 # finish PID: waits for a client and returns its exit status.
 finish() { wait "$1"; }
+
+# served NAME PID: a server's verdict once it has ended: it exits after the client's last
+# message, and the client may end first (a slow server had not yet written its line).
+served() { finish "$2" && grep -q 'in order and intact' "$tmp/$1.log"; }
 
 drop_b() {  # host B goes silent: nothing in or out of its veth end
     xh_in B nft -f - <<NFT
@@ -143,7 +148,7 @@ if xh_in A tc qdisc add dev "$XH_IF_A" root netem delay 1ms 2>/dev/null; then
             server B "case$c.serverB"; then
             touch "$tmp/go$c"  # no pause: the impairment is there from the start
             start A "case$c.client" -c "$XH_IP_B" -P "$port" -m flow -f "$tmp/go$c" -n 21 -t 120
-            finish "$last_pid" && grep -q 'in order and intact' "$tmp/case$c.serverB.log" && ok=1
+            finish "$last_pid" && served "case$c.serverB" "$server_pid" && ok=1
             # netem acted: its counters (a loss that dropped nothing tested nothing).
             stats=$(xh_in A tc -s qdisc show dev "$XH_IF_A" | grep -o 'Sent .*dropped [0-9]*')
             echo "# netem $impair on A's end: $stats"
@@ -168,7 +173,8 @@ fi
 # --- 1. link down for 2 s, then up -------------------------------------------------------------
 c=$((n + 1))
 ok=0
-if server B "case$c.serverB" && portb=$port && server A "case$c.serverA" && porta=$port; then
+if server B "case$c.serverB" && portb=$port && pidb=$server_pid && server A "case$c.serverA" && porta=$port &&
+    pida=$server_pid; then
     start A "case$c.client" -c "$XH_IP_B" -P "$portb" -L "127.0.0.1:$porta" -m flow -f "$tmp/go$c" -n 28 -t 60
     client=$last_pid
     if wait_for "$tmp/case$c.client.log" '^READY' 30; then
@@ -177,8 +183,7 @@ if server B "case$c.serverB" && portb=$port && server A "case$c.serverA" && port
         xh_in A ip link set "$XH_IF_A" up
         touch "$tmp/go$c"
     fi
-    finish "$client" && grep -q 'in order and intact' "$tmp/case$c.serverB.log" &&
-        grep -q 'in order and intact' "$tmp/case$c.serverA.log" && ok=1
+    finish "$client" && served "case$c.serverB" "$pidb" && served "case$c.serverA" "$pida" && ok=1
 fi
 result "tcp: link down for 2 s and up: every message of every size intact and in order, no endpoint failed, the other host's endpoint undisturbed" $ok
 sed -n 's/^client: /# /p' "$tmp/case$c.client.log"
