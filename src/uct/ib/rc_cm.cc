@@ -21,6 +21,7 @@
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/ib_md.h"
+#include "uct/ib/rc_cm_data.h"
 #include "uct/ib/rc_iface.h"
 
 #include <arpa/inet.h>
@@ -173,17 +174,6 @@ std::vector<std::uint8_t> with_user_priv(RcCmPrivate header, const void* user, s
     std::memcpy(buf.data(), &header, sizeof(header));
     if (len > 0) std::memcpy(buf.data() + sizeof(header), user, len);
     return buf;
-}
-
-/** The user's part of received private data: false when the header or the length is wrong. */
-bool user_part(const void* data, std::size_t len, RcCmPrivate& header, const std::uint8_t*& user,
-               std::size_t& user_len) {
-    if (data == nullptr || len < sizeof(RcCmPrivate)) return false;
-    std::memcpy(&header, data, sizeof(header));
-    if (header.version != kRcAddrVersion || header.user_len > len - sizeof(header)) return false;
-    user = static_cast<const std::uint8_t*>(data) + sizeof(header);
-    user_len = header.user_len;
-    return true;
 }
 
 }  // namespace
@@ -368,28 +358,24 @@ void RcIface::cm_handle(rdma_cm_event* event, rdma_cm_id*& reject) {
         std::size_t user_len = 0;
         if (ep->cold->cm_state == CmState::connecting) {
             // The accepting side's window comes with the establishment.
-            RcCmPrivate priv{};
-            const void* data = event->param.conn.private_data;
-            if (data == nullptr || event->param.conn.private_data_len < sizeof(priv)) {
+            RcCmData priv;
+            const std::size_t len = event->param.conn.private_data_len;
+            RcCmDataError error = parse_cm_data(event->param.conn.private_data, len, seg_size, priv);
+            if (error != RcCmDataError::none) {
+                Status status =
+                    error == RcCmDataError::missing ? Status::malformed_packet : Status::version_mismatch;
                 cm_set_state(ep, CmState::connected);
-                report_connect_failure(ep, Status::malformed_packet, nullptr, 0);
-                fail_ep(ep, Status::malformed_packet, "the peer accepted without Loom's connection data");
+                report_connect_failure(ep, status, nullptr, 0);
+                fail_ep(
+                    ep, status,
+                    fmt::format("the peer accepted with {}", describe_cm_data(error, priv, len, seg_size)));
                 return;
             }
-            std::memcpy(&priv, data, sizeof(priv));
-            if (!user_part(data, event->param.conn.private_data_len, priv, user, user_len) || priv.window == 0 ||
-                priv.seg_size != seg_size) {
-                cm_set_state(ep, CmState::connected);
-                report_connect_failure(ep, Status::version_mismatch, nullptr, 0);
-                fail_ep(ep, Status::version_mismatch,
-                        fmt::format("the peer's connection data does not match (version {}, window {}, "
-                                    "segment size {})",
-                                    priv.version, priv.window, priv.seg_size));
-                return;
-            }
-            window = priv.window;
-            ep->cold->flush_addr = priv.flush_addr;
-            ep->cold->flush_rkey = priv.flush_rkey;
+            window = priv.header.window;
+            user = priv.user;
+            user_len = priv.user_len;
+            ep->cold->flush_addr = priv.header.flush_addr;
+            ep->cold->flush_rkey = priv.header.flush_rkey;
         }
         cm_set_state(ep, CmState::connected);
         connected(ep, window);
@@ -446,19 +432,11 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
         (void)rdma_reject(id, nullptr, 0);
         reject = id;
     };
-    RcCmPrivate priv{};
-    const void* data = event->param.conn.private_data;
-    if (data == nullptr || event->param.conn.private_data_len < sizeof(priv)) {
-        refuse("no Loom connection data");
-        return;
-    }
-    std::memcpy(&priv, data, sizeof(priv));
-    if (priv.version != kRcAddrVersion || priv.window == 0) {
-        refuse(fmt::format("connection data version {} (expected {})", priv.version, kRcAddrVersion));
-        return;
-    }
-    if (priv.seg_size != seg_size) {
-        refuse(fmt::format("its LOOM_IB_SEG_SIZE is {}, this iface's {}", priv.seg_size, seg_size));
+    RcCmData priv;
+    const std::size_t len = event->param.conn.private_data_len;
+    if (RcCmDataError error = parse_cm_data(event->param.conn.private_data, len, seg_size, priv);
+        error != RcCmDataError::none) {
+        refuse(describe_cm_data(error, priv, len, seg_size));
         return;
     }
     if (!cm_on_our_device(id->verbs)) {
@@ -473,7 +451,7 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
     RcEp* ep = *created;
     id->context = ep;
     ep->cold->peer = peer;
-    ep->cold->peer_window = priv.window;
+    ep->cold->peer_window = priv.header.window;
     Status status = create_qp(ep, id);
     if (status == Status::ok && srq_ == nullptr)
         status = post_rx_qp(ep, static_cast<int>(fc_window_ + kGrantSlots));
@@ -483,8 +461,8 @@ void RcIface::cm_accept(rdma_cm_event* event, rdma_cm_id*& reject) {
         close_ep(ep);
         return;
     }
-    ep->cold->flush_addr = priv.flush_addr;
-    ep->cold->flush_rkey = priv.flush_rkey;
+    ep->cold->flush_addr = priv.header.flush_addr;
+    ep->cold->flush_rkey = priv.header.flush_rkey;
     std::vector<std::uint8_t> ours = with_user_priv(cm_private(), nullptr, 0);
     rdma_conn_param param =
         conn_param(ours, std::min<std::uint32_t>(max_dest_rd_atomic_, event->param.conn.initiator_depth),
@@ -773,15 +751,11 @@ void RcIface::cm_listener_request(RcListener* listener, rdma_cm_event* event, rd
         (void)rdma_reject(id, nullptr, 0);
         reject = id;
     };
-    RcCmPrivate header{};
-    const std::uint8_t* user = nullptr;
-    std::size_t user_len = 0;
-    if (!user_part(event->param.conn.private_data, event->param.conn.private_data_len, header, user, user_len)) {
-        refuse("no valid Loom connection data");
-        return;
-    }
-    if (header.window == 0 || header.seg_size != seg_size) {
-        refuse(fmt::format("its LOOM_IB_SEG_SIZE is {}, this iface's {}", header.seg_size, seg_size));
+    RcCmData data;
+    const std::size_t len = event->param.conn.private_data_len;
+    if (RcCmDataError error = parse_cm_data(event->param.conn.private_data, len, seg_size, data);
+        error != RcCmDataError::none) {
+        refuse(describe_cm_data(error, data, len, seg_size));
         return;
     }
     if (!cm_on_our_device(id->verbs)) {
@@ -792,12 +766,12 @@ void RcIface::cm_listener_request(RcListener* listener, rdma_cm_event* event, rd
     request->iface = this;
     request->listener = listener;
     request->id = id;
-    request->peer = header;
-    request->user_priv.assign(user, user + user_len);
+    request->peer = data.header;
+    request->user_priv.assign(data.user, data.user + data.user_len);
     request->peer_text = peer;
     RcConnRequest* raw = request.get();
     listener->requests.push_back(std::move(request));
-    LOOM_LOG_DEBUG("rc/{}: connection request from {} ({} bytes of private data)", name, peer, user_len);
+    LOOM_LOG_DEBUG("rc/{}: connection request from {} ({} bytes of private data)", name, peer, data.user_len);
     listener->notify(raw);
 }
 
@@ -884,14 +858,11 @@ void RcIface::cm_close_listeners() {
 bool RcIface::report_connect_failure(RcEp* ep, Status status, const void* data, std::size_t len) {
     if (ep->cold->on_connect == nullptr || (ep->flags & kEpConnected) || ep->cold->error_reported) return false;
     ep->cold->error_reported = true;  // the failure is told here, not to on_error
-    RcCmPrivate header{};
-    const std::uint8_t* user = nullptr;
-    std::size_t user_len = 0;
-    if (!user_part(data, len, header, user, user_len)) {
-        user = nullptr;
-        user_len = 0;
-    }
-    ep->cold->on_connect(ep->cold->on_connect_arg, ep, status, user, user_len);
+    // A reject's user data, when it has a valid header (a reject by rdma_cm itself has none).
+    RcCmData priv;
+    bool valid = parse_cm_data(data, len, 0, priv) == RcCmDataError::none;
+    ep->cold->on_connect(ep->cold->on_connect_arg, ep, status, valid ? priv.user : nullptr,
+                         valid ? priv.user_len : 0);
     return true;
 }
 

@@ -18,6 +18,7 @@
 #include "ucs/memory/memhooks.h"
 #include "ucs/memory/pages.h"
 #include "uct/ib/ib_md.h"
+#include "uct/ib/rc_cm_data.h"
 #include "uct/ib/rc_iface.h"
 #include "uct/ib/rc_wire.h"
 
@@ -2032,6 +2033,68 @@ TEST_P(IbPairTest, DisconnectWakesASleepingIface) {
 
 INSTANTIATE_TEST_SUITE_P(Rc, IbPairTest, testing::ValuesIn(device_pairs()), pair_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(IbPairTest);
+
+// --- rdma_cm private data (no device needed) --------------------------------------------------
+
+/** What rc_cm.cc sends: Loom's header, then @p user. */
+std::vector<std::uint8_t> cm_data(std::uint16_t window, std::uint32_t seg_size, const std::string& user) {
+    ib::RcCmPrivate header{};
+    header.version = ib::kRcAddrVersion;
+    header.user_len = static_cast<std::uint8_t>(user.size());
+    header.window = window;
+    header.seg_size = seg_size;
+    std::vector<std::uint8_t> bytes(sizeof(header) + user.size());
+    std::memcpy(bytes.data(), &header, sizeof(header));
+    std::memcpy(bytes.data() + sizeof(header), user.data(), user.size());
+    return bytes;
+}
+
+TEST(RcCmData, ValidDataGivesTheUsersPartAlsoWhenPadded) {
+    auto bytes = cm_data(32, 8192, "hello");
+    bytes.resize(56, 0);  // InfiniBand pads a request's private data to 56 bytes
+    ib::RcCmData out;
+    ASSERT_EQ(ib::RcCmDataError::none, ib::parse_cm_data(bytes.data(), bytes.size(), 8192, out));
+    EXPECT_EQ(32, out.header.window);
+    EXPECT_EQ("hello", std::string(reinterpret_cast<const char*>(out.user), out.user_len));
+}
+
+TEST(RcCmData, WhatCannotWorkIsRefusedWithItsReason) {
+    struct Case {
+        std::vector<std::uint8_t> bytes;
+        std::uint32_t seg_size;
+        ib::RcCmDataError error;
+        const char* says;
+    };
+    auto bad_version = cm_data(32, 8192, "");
+    bad_version[0] = ib::kRcAddrVersion + 1;
+    auto long_user = cm_data(32, 8192, "abc");
+    long_user[1] = 4;  // claims one byte more than came
+    const Case cases[] = {
+        {{}, 8192, ib::RcCmDataError::missing, "no Loom connection data (0 bytes"},
+        {std::vector<std::uint8_t>(sizeof(ib::RcCmPrivate) - 1, 0), 8192, ib::RcCmDataError::missing,
+         "(23 bytes"},
+        {bad_version, 8192, ib::RcCmDataError::version, "version 3 (expected 2)"},
+        {long_user, 8192, ib::RcCmDataError::user_len, "claims 4 bytes of user data in 3"},
+        {cm_data(0, 8192, ""), 8192, ib::RcCmDataError::window, "window of 0"},
+        {cm_data(32, 4096, ""), 8192, ib::RcCmDataError::seg_size,
+         "LOOM_IB_SEG_SIZE is 4096, this iface's 8192"},
+    };
+    for (const Case& c : cases) {
+        ib::RcCmData out;
+        const void* data = c.bytes.empty() ? nullptr : c.bytes.data();
+        ib::RcCmDataError error = ib::parse_cm_data(data, c.bytes.size(), c.seg_size, out);
+        EXPECT_EQ(c.error, error) << c.says;
+        EXPECT_NE(std::string::npos,
+                  ib::describe_cm_data(error, out, c.bytes.size(), c.seg_size).find(c.says))
+            << ib::describe_cm_data(error, out, c.bytes.size(), c.seg_size);
+    }
+    // A reject's data: only the header and the user's part count.
+    ib::RcCmData out;
+    auto reject = cm_data(0, 0, "no");
+    EXPECT_EQ(ib::RcCmDataError::none, ib::parse_cm_data(reject.data(), reject.size(), 0, out));
+    EXPECT_EQ(2u, out.user_len);
+    EXPECT_EQ(ib::RcCmDataError::user_len, ib::parse_cm_data(long_user.data(), long_user.size(), 0, out));
+}
 
 }  // namespace
 }  // namespace loom::uct::test
