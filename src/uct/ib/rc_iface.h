@@ -199,6 +199,9 @@ public:
         return ep->sq_avail + (LOOM_UNLIKELY(ep->cold->fence_held) ? kFenceHold : 0);
     }
 
+    /** iWARP initiators whose acceptor has not answered a probe yet (probe_acceptors). */
+    std::size_t unconfirmed_count() const { return unconfirmed_.size(); }
+
 private:
     // construction, attributes and addresses (rc_iface.cc)
     Status check_config();
