@@ -6,6 +6,8 @@
  *
  *   - a flush or close: check_flushes completes it (a close closes by force), without
  *     waiting for the endpoints any more;
+ *   - a send or RMA operation still in its lane's queue, nothing of it handed to the
+ *     transport (send_request_withdraw): it leaves the queue, the rest keep their order;
  *   - anything else: the families' expire hooks (a tagged receive not matched yet, a
  *     tagged send the receiver has not matched, a stream receive, a stream send held by
  *     the receiver's window); a receive's rendezvous GETs stop issuing (rndv_recv.cc).
@@ -56,6 +58,7 @@ unsigned Worker::check_deadlines() {
         req->expired = 1;
         ++expired;
         if (req->flags & kReqFlush) continue;  // check_flushes completes it, at the next progress
+        if (send_request_withdraw(req)) continue;  // still in its lane's queue: the peer never saw it
         for (const ProtoFamily* const* f = families().begin; f != families().end; ++f) {
             if ((*f)->expire != nullptr && (*f)->expire(*this, *req)) break;
         }

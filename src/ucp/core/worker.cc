@@ -790,6 +790,31 @@ Status send_request_start(Request* req, std::uint8_t lane, ProtoAbort abort) {
     }
 }
 
+bool send_request_withdraw(Request* req) {
+    Ep* ep = req->ep;
+    if (ep == nullptr || (req->flags & (kReqRecv | kReqFlush | kReqCtrl | kReqCompleted)) ||
+        !is_send_queued(&req->pending) || !proto_is_first_step(req->progress)) {
+        return false;
+    }
+    // The first step of a multi-fragment protocol may have sent some and queued the rest.
+    if (((req->flags & kReqRma) ? req->rma.offset : req->send.offset) != 0) return false;
+    // pending.func names the queue (and may be stale: then the request is in neither).
+    const bool am_lane = req->pending.func == pending_cb<true>;
+    const std::uint8_t lane = am_lane ? ep->am_lane : req->lane;
+    uct::Ep* uep = am_lane ? ep->am_ep : ep->lanes[lane].ep;
+    if (uep == nullptr || uct::ep_pending_remove(uep, &req->pending) != Status::ok) return false;
+    --ep->queued_on(lane);
+    LOOM_LOG_DEBUG("ucp: a request to worker {:016x} left its lane's queue at its deadline, unsent",
+                   ep->remote_uuid);
+    if (req->abort != nullptr) {
+        req->abort(req, Status::timed_out);
+    } else {
+        req->send.dt.finish();  // tag, active message, stream: nothing else is held before the first step
+        req->worker->complete(req, Status::timed_out);
+    }
+    return true;
+}
+
 // --- endpoints ---------------------------------------------------------------------------
 
 namespace {

@@ -387,6 +387,14 @@ Status send_request_start(Request* req, std::uint8_t lane, ProtoAbort abort = nu
 inline Status send_request_start(Request* req) { return send_request_start(req, req->ep->am_lane); }
 
 /**
+ * Past its deadline: @p req, a send or RMA operation still waiting in its lane's queue
+ * with nothing handed to the transport yet (its protocol's first step, no byte out),
+ * leaves the queue, the requests behind it keeping their order, and fails through its
+ * abort with timed_out. False when it is not such a request; the peer never hears of it.
+ */
+bool send_request_withdraw(Request* req);
+
+/**
  * A control request of @p ep holding a copy of @p data (message @p id) for lane @p lane,
  * ready for send_request_start; nullptr without memory.
  */

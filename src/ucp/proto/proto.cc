@@ -86,6 +86,11 @@ std::string cost_text(const ProtoCaps& caps) {
 
 void proto_register(const Proto& proto) { registry().push_back(&proto); }
 
+bool proto_is_first_step(ProtoProgress progress) {
+    return progress != nullptr && std::any_of(registry().begin(), registry().end(),
+                                              [progress](const Proto* p) { return p->progress == progress; });
+}
+
 const char* proto_op_name(ProtoOp op) {
     switch (op) {
     case ProtoOp::tag: return "tag";

@@ -126,6 +126,12 @@ struct Proto {
 /** Registers @p proto with the table builder (run at load time by LOOM_PROTO_REGISTER). */
 void proto_register(const Proto& proto);
 
+/**
+ * True when @p progress is the first step of a registered protocol (what a request is
+ * started with), false for the later steps a protocol moves its requests on to.
+ */
+bool proto_is_first_step(ProtoProgress progress);
+
 #define LOOM_PROTO_CONCAT_(a, b) a##b
 #define LOOM_PROTO_CONCAT(a, b) LOOM_PROTO_CONCAT_(a, b)
 /** Makes @p proto (a Proto constant) known to every table built from now on. */

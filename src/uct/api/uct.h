@@ -98,6 +98,11 @@ struct IfaceOps {
 
     Status (*ep_pending_add)(Ep* ep, PendingReq* req, unsigned flags);
     void (*ep_pending_purge)(Ep* ep, PendingPurgeCallback cb, void* arg);
+    /**
+     * Takes @p req out of @p ep's pending queue without running it, the others keeping
+     * their order: ok, or no_element when it is not queued there (it ran already).
+     */
+    Status (*ep_pending_remove)(Ep* ep, PendingReq* req);
     Status (*ep_flush)(Ep* ep, unsigned flags, Completion* comp);
     Status (*ep_fence)(Ep* ep, unsigned flags);
     /**
@@ -438,6 +443,9 @@ inline Status ep_pending_add(Ep* ep, PendingReq* req, unsigned flags) {
 }
 inline void ep_pending_purge(Ep* ep, PendingPurgeCallback cb, void* arg) {
     ep->iface->ops.ep_pending_purge(ep, cb, arg);
+}
+inline Status ep_pending_remove(Ep* ep, PendingReq* req) {
+    return ep->iface->ops.ep_pending_remove(ep, req);
 }
 inline Status ep_flush(Ep* ep, unsigned flags, Completion* comp) { return ep->iface->ops.ep_flush(ep, flags, comp); }
 inline Status ep_fence(Ep* ep, unsigned flags) { return ep->iface->ops.ep_fence(ep, flags); }

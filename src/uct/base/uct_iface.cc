@@ -43,6 +43,7 @@ IfaceOps complete_ops(IfaceOps ops) {
     fill_unsupported(ops.ep_atomic64_cswap);
     fill_unsupported(ops.ep_pending_add);
     fill_unsupported(ops.ep_pending_purge);
+    fill_unsupported(ops.ep_pending_remove);
     fill_unsupported(ops.ep_flush);
     fill_unsupported(ops.ep_fence);
     fill_unsupported(ops.ep_check);

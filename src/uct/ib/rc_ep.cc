@@ -522,6 +522,11 @@ void rc_pending_purge(Ep* tl_ep, PendingPurgeCallback cb, void* arg) {
     }
 }
 
+Status rc_pending_remove(Ep* tl_ep, PendingReq* req) {
+    // An endpoint left in the arbiter with an empty queue is skipped there.
+    return rc_ep(tl_ep)->pending.remove(*req) ? Status::ok : Status::no_element;
+}
+
 Status rc_ep_fence(Ep* tl_ep, unsigned) {
     RcEp* ep = rc_ep(tl_ep);
     // RDMA reads and atomics may be overtaken by later requests; the fence flag on the next
@@ -579,6 +584,7 @@ const IfaceOps kRcOps = {
     .ep_atomic64_cswap = rc_atomic64_cswap,
     .ep_pending_add = rc_pending_add,
     .ep_pending_purge = rc_pending_purge,
+    .ep_pending_remove = rc_pending_remove,
     .ep_flush = rc_ep_flush,
     .ep_fence = rc_ep_fence,
     .ep_check = rc_ep_check,

@@ -196,6 +196,10 @@ Status self_pending_add(Ep*, PendingReq*, unsigned) {
 
 void self_pending_purge(Ep*, PendingPurgeCallback, void*) {}
 
+Status self_pending_remove(Ep*, PendingReq*) {
+    return Status::no_element;
+}  // nothing is ever queued
+
 Status self_ep_flush(Ep*, unsigned, Completion*) { return Status::ok; }
 Status self_ep_fence(Ep*, unsigned) { return Status::ok; }
 unsigned self_iface_progress(Iface*) { return 0; }
@@ -221,6 +225,7 @@ const IfaceOps kSelfOps = {
     .ep_atomic64_cswap = self_atomic_cswap<std::uint64_t>,
     .ep_pending_add = self_pending_add,
     .ep_pending_purge = self_pending_purge,
+    .ep_pending_remove = self_pending_remove,
     .ep_flush = self_ep_flush,
     .ep_fence = self_ep_fence,
     .iface_progress = self_iface_progress,

@@ -315,6 +315,15 @@ void EpOps::pending_purge(Ep* base, PendingPurgeCallback cb, void* arg) {
     }
 }
 
+Status EpOps::pending_remove(Ep* base, PendingReq* req) {
+    ShmEp* ep = shm_ep(base);
+    if (!ep->pending.remove(*req)) return Status::no_element;
+    if (ep->pending.empty() && ep->pending_link.linked()) {
+        decltype(ShmIface::pending_eps_)::remove(*ep);
+    }
+    return Status::ok;
+}
+
 Status EpOps::ep_flush(Ep* base, unsigned flags, Completion* comp) {
     ShmEp* ep = shm_ep(base);
     auto* iface = static_cast<ShmIface*>(ep->iface);
@@ -382,6 +391,7 @@ const IfaceOps kShmOps = {
     .ep_atomic64_cswap = EpOps::atomic_cswap<std::uint64_t>,
     .ep_pending_add = EpOps::pending_add,
     .ep_pending_purge = EpOps::pending_purge,
+    .ep_pending_remove = EpOps::pending_remove,
     .ep_flush = EpOps::ep_flush,
     .ep_fence = EpOps::ep_fence,
     .iface_progress = ShmIface::progress,

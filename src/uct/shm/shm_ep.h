@@ -119,6 +119,7 @@ struct EpOps {
                                T* result, Completion* comp);
     static Status pending_add(Ep* ep, PendingReq* req, unsigned flags);
     static void pending_purge(Ep* ep, PendingPurgeCallback cb, void* arg);
+    static Status pending_remove(Ep* ep, PendingReq* req);
     static Status ep_flush(Ep* ep, unsigned flags, Completion* comp);
     static Status ep_fence(Ep* ep, unsigned flags);
     static Status iface_fence(Iface* iface, unsigned flags);

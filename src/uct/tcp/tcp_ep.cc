@@ -594,6 +594,10 @@ void tcp_pending_purge(Ep* base, PendingPurgeCallback cb, void* arg) {
     tcp_iface(base)->pending_purge(tcp_ep(base), cb, arg);
 }
 
+Status tcp_pending_remove(Ep* base, PendingReq* req) {
+    return tcp_iface(base)->pending_remove(tcp_ep(base), req);
+}
+
 Status tcp_ep_flush(Ep* base, unsigned flags, Completion* comp) {
     TcpEp* ep = tcp_ep(base);
     TcpIface* iface = tcp_iface(ep);
@@ -659,6 +663,7 @@ const IfaceOps kTcpOps = {
     .ep_atomic64_cswap = tcp_atomic_cswap<std::uint64_t>,
     .ep_pending_add = tcp_pending_add,
     .ep_pending_purge = tcp_pending_purge,
+    .ep_pending_remove = tcp_pending_remove,
     .ep_flush = tcp_ep_flush,
     .ep_fence = tcp_ep_fence,
     .iface_progress = tcp_iface_progress,

@@ -563,6 +563,12 @@ void TcpIface::pending_purge(TcpEp* ep, PendingPurgeCallback cb, void* arg) {
     }
 }
 
+Status TcpIface::pending_remove(TcpEp* ep, PendingReq* req) {
+    if (!ep->pending.remove(*req)) return Status::no_element;
+    if (ep->pending.empty() && ep->pending_link.linked()) ucs::List<TcpEp, &TcpEp::pending_link>::remove(*ep);
+    return Status::ok;
+}
+
 unsigned TcpIface::dispatch_pending() {
     unsigned count = 0;
     bool progressed = true;

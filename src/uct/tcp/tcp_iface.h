@@ -196,6 +196,8 @@ public:
 
     /** Removes every pending request of @p ep, calling @p cb for each. */
     void pending_purge(TcpEp* ep, PendingPurgeCallback cb, void* arg);
+    /** Takes @p req out of @p ep's pending queue: ok, or no_element when it is not there. */
+    Status pending_remove(TcpEp* ep, PendingReq* req);
 
     /** Completes every outstanding request of @p ep with @p status. */
     void fail_outstanding(TcpEp* ep, Status status);

@@ -370,6 +370,63 @@ TEST_P(UcpTagTest, DeadlineWithdrawsASendItsReceiverHasNotMatched) {
 }
 
 /**
+ * A send still queued for a busy lane (the receiver does not progress: the transport is
+ * full) is withdrawn at its deadline: it leaves the queue with nothing sent, the receiver
+ * never sees it, and the sends before and behind it arrive in order.
+ */
+TEST_P(UcpTagTest, DeadlineWithdrawsASendStillQueuedForABusyLane) {
+    if (GetParam().self) GTEST_SKIP() << "self delivers inside the send: its lane is never busy";
+    constexpr std::size_t kSize = 2000;  // eager on every transport
+    const auto data = pattern(kSize, 9);
+    const auto* ep = reinterpret_cast<const loom::ucp::Ep*>(ep_);
+    // Eager sends, only the sender progressing, until the AM lane queues one of them.
+    std::vector<loom_status_ptr_t> before;
+    loom_tag_t tag = 0xA0000;
+    while (ep->num_pending == 0) {
+        ASSERT_LT(tag, 0xA0000u + 200000) << "the lane never filled";
+        loom_status_ptr_t r = loom_tag_send_nbx(ep_, data.data(), kSize, tag++, nullptr);
+        ASSERT_FALSE(LOOM_PTR_IS_ERR(r)) << loom_status_string(LOOM_PTR_STATUS(r));
+        if (LOOM_PTR_IS_PTR(r)) before.push_back(r);
+        loom_worker_progress(sender_);
+    }
+    const loom_tag_t sent_before = tag - 0xA0000;
+    // Behind the queued one: three sends with a deadline, then one without.
+    loom_request_param_t p = deadline_in(20);
+    std::vector<loom_status_ptr_t> timed;
+    for (loom_tag_t k = 0; k < 3; ++k)
+        timed.push_back(loom_tag_send_nbx(ep_, data.data(), kSize, 0xB0000 + k, &p));
+    loom_status_ptr_t after = loom_tag_send_nbx(ep_, data.data(), kSize, 0xC0000, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(after));
+    auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (loom_status_ptr_t r : timed) {
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(r)) << "a send behind a queued one went at once";
+        while (loom_request_check_status(r) == LOOM_INPROGRESS) {
+            ASSERT_LT(std::chrono::steady_clock::now(), limit) << "the deadline never withdrew the send";
+            loom_worker_progress(sender_);  // the receiver sleeps: the lane stays full
+        }
+        EXPECT_EQ(LOOM_ERR_TIMED_OUT, loom_request_check_status(r));
+        loom_request_free(r);
+    }
+    EXPECT_EQ(LOOM_INPROGRESS, loom_request_check_status(after)) << "the send behind them left the queue too";
+    // The receiver takes everything, in order: the sends before, then the one after.
+    std::vector<char> out(kSize);
+    for (loom_tag_t i = 0; i <= sent_before; ++i) {
+        loom_tag_recv_info_t info{};
+        std::fill(out.begin(), out.end(), 0);
+        ASSERT_EQ(LOOM_OK, wait(recv_nbx(out.data(), kSize, 0, 0, &info), &info)) << "message " << i;
+        const loom_tag_t expected = i < sent_before ? 0xA0000 + i : 0xC0000;
+        ASSERT_EQ(expected, info.sender_tag)
+            << "message " << i << " (a withdrawn send arrived, or the order broke)";
+        ASSERT_EQ(data, out) << "message " << i;
+    }
+    for (loom_status_ptr_t r : before) EXPECT_EQ(LOOM_OK, wait(r));
+    EXPECT_EQ(LOOM_OK, wait(after));
+    for (int i = 0; i < 1000; ++i) progress();
+    loom_tag_recv_info_t pi{};
+    EXPECT_EQ(nullptr, loom_tag_probe_nb(receiver_, 0, 0, 0, &pi)) << "a withdrawn send arrived after all";
+}
+
+/**
  * A deadline that does not pass changes nothing, and one whose send was matched first lets
  * it complete normally (the receiver has the data); a request reused from the pool after
  * either carries no deadline of theirs.

@@ -2,7 +2,7 @@
  * Pending queues, on every transport: an endpoint that returned no_resource takes
  * PendingReq objects, which the transport runs again when resources free up, in FIFO
  * order per endpoint and round-robin across endpoints; pending_purge hands back what
- * is still queued.
+ * is still queued, pending_remove takes one request out.
  *
  * The fairness rule (docs/transports.md): round-robin among the endpoints that can
  * send. Where the resource is per endpoint (rc's credits from the peer), an endpoint
@@ -249,6 +249,41 @@ TEST_P(UctPendingTest, PurgeHandsBackEveryQueuedRequest) {
     Status status;
     while ((status = ep_am_short(eps_[0], kAmId, 2, nullptr, 0)) == Status::no_resource) progress();
     EXPECT_EQ(Status::ok, status);
+}
+
+TEST_P(UctPendingTest, RemovedRequestNeverRunsAndTheRestKeepTheirOrder) {
+    if (!has(kCapPending) || !has(kCapAmShort)) GTEST_SKIP() << "transport has no pending queue or am_short";
+    if (!fill_all()) GTEST_SKIP() << GetParam().name() << " never returned no_resource (nothing ever waits)";
+    for (int s = 0; s < kRequestsPerEp; ++s)
+        ASSERT_EQ(Status::ok, ep_pending_add(eps_[0], &requests_[0][s], 0));
+    ASSERT_EQ(Status::ok, ep_pending_add(eps_[1], &requests_[1][0], 0));
+    // The head, one in the middle and the tail of endpoint 0; endpoint 1's only one.
+    for (int s : {0, 2, kRequestsPerEp - 1})
+        EXPECT_EQ(Status::ok, ep_pending_remove(eps_[0], &requests_[0][s]));
+    EXPECT_EQ(Status::ok, ep_pending_remove(eps_[1], &requests_[1][0]));
+    EXPECT_EQ(Status::no_element, ep_pending_remove(eps_[0], &requests_[0][2])) << "removed twice";
+    EXPECT_EQ(Status::no_element, ep_pending_remove(eps_[2], &requests_[2][0])) << "never queued";
+    EXPECT_EQ(Status::no_element, ep_pending_remove(eps_[1], &requests_[0][1]))
+        << "queued on another endpoint";
+
+    gate_open_ = true;
+    const std::vector<std::pair<int, int>> expected = {{0, 1}, {0, 3}, {0, 4}};
+    ASSERT_TRUE(wait_for([&] { return ran_.size() == expected.size(); }))
+        << "only " << ran_.size() << " of the requests left ran";
+    ASSERT_TRUE(wait_for([&] { return static_cast<long>(received_.headers.size()) == filled_ + 3; }));
+    for (int i = 0; i < 100; ++i) progress();
+    EXPECT_EQ(expected, ran_) << "a removed request ran, or the rest ran out of order";
+    // Endpoint 1 has nothing queued any more: it sends at once, and flushes.
+    Status status;
+    while ((status = ep_am_short(eps_[1], kAmId, 3, nullptr, 0)) == Status::no_resource) progress();
+    EXPECT_EQ(Status::ok, status);
+    CountingCompletion comp;
+    while ((status = ep_flush(eps_[1], kFlushLocal, &comp)) == Status::no_resource) progress();
+    if (status == Status::in_progress) {
+        EXPECT_TRUE(wait_for([&] { return comp.fired == 1; }));
+    } else {
+        EXPECT_EQ(Status::ok, status);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UctPendingTest, testing::ValuesIn(all_resources()), resource_name);
