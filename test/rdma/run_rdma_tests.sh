@@ -72,6 +72,7 @@ suite_script='
             { print ind $0 }'"'"' "$3"
     }
     "$1" -d 2>&1
+    echo "== transport layer (gtest-uct $3) over rc"
     "$2" --gtest_filter="$3"; rc=$?
     devices=${LOOMTEST_UCP_DEVICES:-$(ls /sys/class/infiniband 2>/dev/null | sort | awk "{d=\$1; sub(/[0-9]+\$/, \"\", d); if (!(d in seen)) {seen[d]=1; print \$1\":1\"}}")}
     for dev in $devices; do
@@ -273,7 +274,15 @@ prepare() {
         printf ' %q' "${suite_cmd[@]}"
         printf ' > %q 2>&1\n' "$outdir/gtest-uct-rdma.log"
         printf 'rc=$?\n'
-        printf '[ $rc -ne 124 ] || echo "RDMA: the suite exceeded %ss" >> %q\n' "$vm_timeout" "$outdir/gtest-uct-rdma.log"
+        # Out of time: say where it was killed, so that the tests missing from the count
+        # (that test, the rest of its step and every later step) are named as not run.
+        printf 'if [ $rc -eq 124 ]; then\n'
+        printf '  log=%q\n' "$outdir/gtest-uct-rdma.log"
+        printf '  step=$(tr -d "\\r" < "$log" | grep "^== " | tail -1)\n'
+        printf '  test=$(tr -d "\\r" < "$log" | awk %q | tail -1)\n' \
+            '/^\[ RUN      \] /{t=$4} /^\[       OK \] |^\[  FAILED  \] /{t=""} END{print t}'
+        printf '  echo "RDMA: the suite exceeded %ss, killed in the step \\"${step#== }\\"${test:+ during $test}: that test, the rest of the step and every later step did not run" >> "$log"\n' "$vm_timeout"
+        printf 'fi\n'
         printf 'echo $(($(date +%%s) - t0)) > %q\n' "$outdir/vm-suite.time"
         printf 'echo $rc > %q\n' "$outdir/vm-suite.rc"
         printf 'exit $rc\n'
