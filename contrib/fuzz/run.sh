@@ -10,7 +10,7 @@
 #   -n RUNS     executions per target (default 10000000)
 #   -t SECONDS  stop a target after this long even if RUNS are not done (default: none)
 #   -o DIR      where corpora, crashes and logs go (default build/fuzz-campaign)
-#   TARGET      fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc_cm fuzz_rkey fuzz_shm fuzz_tcp (default: all)
+#   TARGET      fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc fuzz_rkey fuzz_shm fuzz_tcp (default: all)
 #
 # Needs the clang tree that ./quickstart.sh test builds (build/fuzz: --enable-fuzz, ASan,
 # UBSan); its targets are built here if missing. A crash leaves the input in DIR/<target>/;
@@ -27,7 +27,7 @@ while getopts "n:t:o:h" opt; do
     esac
 done
 shift $((OPTIND - 1))
-targets=${*:-fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc_cm fuzz_rkey fuzz_shm fuzz_tcp}
+targets=${*:-fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc fuzz_rkey fuzz_shm fuzz_tcp}
 tree=$top/build/fuzz
 [ -f "$tree/Makefile" ] || { echo "run.sh: no $tree: run ./quickstart.sh test first" >&2; exit 1; }
 for t in $targets; do make -C "$tree" -s "test/fuzz/$t" >/dev/null; done

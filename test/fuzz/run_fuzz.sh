@@ -7,8 +7,9 @@
 # line per step; a crash, a hang (-timeout) or a leak fails it and leaves the input that
 # did it in $top_builddir/test/fuzz/artifacts/.
 #
-#   FUZZ_SECONDS   seconds of fuzzing per target (default 36), except fuzz_rc_cm, a parser of
-#                  a few branches whose coverage is complete within a second: at most 10.
+#   FUZZ_SECONDS   seconds of fuzzing per target (default 36), except fuzz_rc, a few
+#                  parsers of fixed-size data whose coverage is complete within seconds:
+#                  at most 10.
 #                  Eight targets in under 4.5 minutes.
 #   FUZZ_SEED      libFuzzer's -seed (default 1)
 #
@@ -19,7 +20,7 @@ top_builddir=${top_builddir:-$PWD}
 
 seconds=${FUZZ_SECONDS:-36}
 seed=${FUZZ_SEED:-1}
-targets="fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc_cm fuzz_rkey fuzz_shm fuzz_tcp"
+targets="fuzz_address fuzz_config fuzz_listener fuzz_protocol fuzz_rc fuzz_rkey fuzz_shm fuzz_tcp"
 work=$top_builddir/test/fuzz/work
 artifacts=$top_builddir/test/fuzz/artifacts
 mkdir -p "$artifacts"
@@ -50,7 +51,7 @@ for t in $targets; do
     rm -rf "${work:?}/$t" && mkdir -p "$work/$t"
     log=$top_builddir/test/fuzz/$t.fuzz.log
     secs=$seconds
-    [ "$t" = fuzz_rc_cm ] && [ "$secs" -gt 10 ] && secs=10
+    [ "$t" = fuzz_rc ] && [ "$secs" -gt 10 ] && secs=10
     # timeout: a target that stops between inputs (a stuck leak scan, say) fails, never hangs.
     timeout -k 10 $((secs + 120)) "$bin" -seed="$seed" -max_total_time="$secs" -timeout=20 -rss_limit_mb=3072 -malloc_limit_mb=2000000 -print_final_stats=1 \
         -artifact_prefix="$artifacts/$t-" "$work/$t" ${files:+"$corpus"} > "$log" 2>&1

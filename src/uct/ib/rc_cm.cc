@@ -21,8 +21,8 @@
  */
 #include "uct/ib/ib_log.h"
 #include "uct/ib/ib_md.h"
-#include "uct/ib/rc_cm_data.h"
 #include "uct/ib/rc_iface.h"
+#include "uct/ib/rc_peer_data.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -599,23 +599,9 @@ Status RcIface::ep_connect_to_ep(Ep* tl_ep, const std::uint8_t* dev_addr, std::s
         return s;
     }
     RcEpAddress peer;
-    if (ep_addr == nullptr || ep_addr_len != sizeof(RcEpAddress)) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: malformed endpoint address ({} bytes, expected {})", name,
-                       ep_addr_len, sizeof(RcEpAddress));
-        return Status::invalid_address;
-    }
-    std::memcpy(&peer, ep_addr, sizeof(peer));
-    if (peer.version != kRcAddrVersion || !mtu_from_bytes(mtu_bytes(static_cast<ibv_mtu>(peer.mtu))) ||
-        peer.window == 0 || peer.qpn == 0 || peer.qpn > 0xffffff) {
-        LOOM_LOG_ERROR(
-            "rc/{}: ep_connect_to_ep: invalid endpoint address (version {}, mtu {}, window {}, qpn {:#x})",
-            name, peer.version, peer.mtu, peer.window, peer.qpn);
-        return Status::invalid_address;
-    }
-    if (peer.seg_size != seg_size) {
-        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", name,
-                       peer.seg_size, seg_size);
-        return Status::unreachable;
+    if (Status s = check_ep_address(ep_addr, ep_addr_len, local_info(), peer, &reason); s != Status::ok) {
+        LOOM_LOG_ERROR("rc/{}: ep_connect_to_ep: {}", name, reason);
+        return s;
     }
     if (Status s = qp_to_rts(ep, dev, peer); s != Status::ok) return s;
     ibv_gid peer_gid;

@@ -479,90 +479,15 @@ Status RcIface::get_address(std::uint8_t* out) const {
     return Status::ok;
 }
 
-Status RcIface::parse_dev_address(const std::uint8_t* dev_addr, std::size_t len, RcDeviceAddress& out,
-                                  std::string* reason) const {
-    auto fail = [&](Status status, std::string why) {
-        if (reason != nullptr) *reason = std::move(why);
-        return status;
-    };
-    if (dev_addr == nullptr || len != sizeof(RcDeviceAddress)) {
-        return fail(
-            Status::invalid_address,
-            fmt::format("malformed rc device address ({} bytes, expected {})", len, sizeof(RcDeviceAddress)));
-    }
-    std::memcpy(&out, dev_addr, sizeof(out));
-    if (out.version != kRcAddrVersion) {
-        return fail(Status::invalid_address,
-                    fmt::format("rc device address version {} (expected {})", out.version, kRcAddrVersion));
-    }
-    if (out.flags & ~(kDevAddrIwarp | kDevAddrEthernet | kDevAddrIpv6 | kDevAddrHasIp)) {
-        return fail(Status::invalid_address,
-                    fmt::format("rc device address has unknown flags {:#x}", out.flags));
-    }
-    bool peer_iwarp = out.flags & kDevAddrIwarp;
-    bool peer_eth = out.flags & kDevAddrEthernet;
-    if (peer_iwarp != iwarp_) {
-        return fail(Status::unreachable,
-                    fmt::format("peer is {}, this device is {}", peer_iwarp ? "iWARP" : "not iWARP",
-                                iwarp_ ? "iWARP" : "not iWARP"));
-    }
-    if (peer_eth != port_.ethernet()) {
-        return fail(Status::unreachable, "peer's link layer differs (Ethernet vs InfiniBand)");
-    }
-    if (use_rdmacm_) {
-        if (!(out.flags & kDevAddrHasIp)) {
-            return fail(Status::unreachable, "peer has no IP address for rdma_cm");
-        }
-        bool peer_v6 = out.flags & kDevAddrIpv6;
-        if (peer_v6 != (ip_->family == AF_INET6)) {
-            return fail(Status::unreachable, "peer's IP address family differs");
-        }
-    } else if (port_.ethernet()) {
-        // RoCE v2 routes over IP: an IPv4-mapped GID reaches only IPv4-mapped GIDs.
-        static const std::uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        bool peer_v4 = std::memcmp(out.gid, v4_prefix, sizeof(v4_prefix)) == 0;
-        bool own_v4 = std::memcmp(gid_.raw, v4_prefix, sizeof(v4_prefix)) == 0;
-        if (peer_v4 != own_v4) return fail(Status::unreachable, "peer's GID is of another IP family");
-    } else if (std::memcmp(out.gid, gid_.raw, 8) != 0) {
-        return fail(Status::unreachable, "peer is on another InfiniBand subnet (GID prefix differs)");
-    }
-    return Status::ok;
-}
-
-Status RcIface::parse_iface_address(const std::uint8_t* iface_addr, std::size_t len, RcIfaceAddress& out,
-                                    std::string* reason) const {
-    auto fail = [&](Status status, std::string why) {
-        if (reason != nullptr) *reason = std::move(why);
-        return status;
-    };
-    if (iface_addr == nullptr || len != sizeof(RcIfaceAddress)) {
-        return fail(Status::invalid_address, fmt::format("malformed rc iface address ({} bytes, expected {})",
-                                                         len, sizeof(RcIfaceAddress)));
-    }
-    std::memcpy(&out, iface_addr, sizeof(out));
-    if (out.version != kRcAddrVersion) {
-        return fail(Status::invalid_address,
-                    fmt::format("rc iface address version {} (expected {})", out.version, kRcAddrVersion));
-    }
-    if (out.cm != static_cast<std::uint8_t>(CmMode::verbs) &&
-        out.cm != static_cast<std::uint8_t>(CmMode::rdmacm)) {
-        return fail(Status::invalid_address,
-                    fmt::format("rc iface address has unknown connection mode {}", out.cm));
-    }
-    bool peer_rdmacm = out.cm == static_cast<std::uint8_t>(CmMode::rdmacm);
-    if (peer_rdmacm != use_rdmacm_) {
-        return fail(Status::unreachable,
-                    fmt::format("peer connects with {}, this iface with {}",
-                                peer_rdmacm ? "rdma_cm" : "verbs", use_rdmacm_ ? "rdma_cm" : "verbs"));
-    }
-    if (peer_rdmacm && out.port == 0) {
-        return fail(Status::invalid_address, "rc iface address has no rdma_cm port");
-    }
-    if (out.seg_size != seg_size) {
-        return fail(Status::unreachable,
-                    fmt::format("peer's LOOM_IB_SEG_SIZE is {}, this iface's {}", out.seg_size, seg_size));
-    }
-    return Status::ok;
+RcLocalInfo RcIface::local_info() const {
+    RcLocalInfo info;
+    info.iwarp = iwarp_;
+    info.ethernet = port_.ethernet();
+    info.rdmacm = use_rdmacm_;
+    info.ipv6 = ip_.has_value() && ip_->family == AF_INET6;
+    std::memcpy(info.gid, gid_.raw, sizeof(info.gid));
+    info.seg_size = seg_size;
+    return info;
 }
 
 bool RcIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len,

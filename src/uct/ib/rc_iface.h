@@ -45,6 +45,7 @@
 #include "uct/ib/ib_config.h"
 #include "uct/ib/ib_device.h"
 #include "uct/ib/rc_ep.h"
+#include "uct/ib/rc_peer_data.h"
 
 #include "ucs/async/event_set.h"
 #include "ucs/memory/mem_pool.h"
@@ -208,10 +209,16 @@ private:
     bool ooo_seen_ = false;  ///< completions came out of order once (logged once)
     Status init_pools();
     void perf_model(IfaceAttr& attr) const;
+    /** What this iface is, for the checks of a peer's addresses (rc_peer_data.h). */
+    RcLocalInfo local_info() const;
     Status parse_dev_address(const std::uint8_t* dev_addr, std::size_t len, RcDeviceAddress& out,
-                             std::string* reason) const;
+                             std::string* reason) const {
+        return check_dev_address(dev_addr, len, local_info(), out, reason);
+    }
     Status parse_iface_address(const std::uint8_t* iface_addr, std::size_t len, RcIfaceAddress& out,
-                               std::string* reason) const;
+                               std::string* reason) const {
+        return check_iface_address(iface_addr, len, local_info(), out, reason);
+    }
 
     // endpoint objects and receive buffers (rc_iface.cc)
     Result<RcEp*> new_ep(const EpParams& params, bool passive);
