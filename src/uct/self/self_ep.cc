@@ -196,9 +196,10 @@ Status self_pending_add(Ep*, PendingReq*, unsigned) {
 
 void self_pending_purge(Ep*, PendingPurgeCallback, void*) {}
 
+/** Nothing is ever queued (self_pending_add answers busy): there is nothing to remove. */
 Status self_pending_remove(Ep*, PendingReq*) {
     return Status::no_element;
-}  // nothing is ever queued
+}
 
 Status self_ep_flush(Ep*, unsigned, Completion*) { return Status::ok; }
 Status self_ep_fence(Ep*, unsigned) { return Status::ok; }
