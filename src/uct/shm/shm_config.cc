@@ -42,6 +42,13 @@ const RegisteredTable<ShmConfig> g_table{
               "How often progress checks that the peers of the endpoints are alive (a dead peer "
               "fails its endpoints). A full receive ring triggers a check at once.",
               &ShmConfig::peer_check_interval, TimeParser()),
+        field("DEAD_PRODUCER_TIMEOUT", "2s",
+              "A peer process killed between reserving cells of our receive ring and publishing its "
+              "message there would stop the ring for good (every later message waits behind it). "
+              "When the ring has waited that long on such a reservation and a peer process died "
+              "meanwhile, progress skips to the next published message (one error line). Live "
+              "peers publish within microseconds of reserving; the margin is for a loaded machine.",
+              &ShmConfig::dead_producer_timeout, TimeParser()),
     }};
 
 }  // namespace

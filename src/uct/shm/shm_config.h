@@ -19,6 +19,7 @@ struct ShmConfig {
     ucs::config::Ternary cma = ucs::config::Ternary::try_;  ///< process_vm_readv/writev for put/get
     SegmentMode segment = SegmentMode::auto_;               ///< memfd or posix segments
     std::chrono::nanoseconds peer_check_interval{};         ///< how often progress checks that peers live
+    std::chrono::nanoseconds dead_producer_timeout{};       ///< a reservation left unpublished by a dead peer
 };
 
 /** The LOOM_SHM_ table. */

@@ -495,6 +495,7 @@ void ShmIface::check_peers() {
 
 void ShmIface::peer_failed(Peer& peer, Status status) {
     peer.failure = status;
+    last_peer_death_ = ucs::get_time();  // it may have died mid-message in our ring (check_stalled_ring)
     unsigned count = 0;
     for (ShmEp& ep : eps_) {
         if (ep.peer == &peer && ep.status == Status::ok) {

@@ -144,6 +144,8 @@ private:
     LOOM_NOINLINE void handle_other(Cell* cell, std::uint32_t cells);
     LOOM_COLD void bad_message(Cell* cell);
     LOOM_NOINLINE unsigned slow_progress();
+    /** Skips a reservation a dead peer left unpublished at the tail (see DEAD_PRODUCER_TIMEOUT). */
+    void check_stalled_ring(ucs::Ticks now);
     unsigned dispatch_pending();
     /** One request per endpoint; @p check_room: only endpoints with room for the largest message. */
     unsigned dispatch_pending_round(bool check_room);
@@ -196,6 +198,11 @@ private:
     ucs::Ticks next_peer_check_ = 0;
     ucs::Ticks peer_check_ticks_ = 0;
     bool bad_message_logged_ = false;
+    // The ring waiting on an unpublished reservation (check_stalled_ring).
+    static constexpr std::uint64_t kNotStalled = ~std::uint64_t{0};
+    std::uint64_t stalled_at_ = kNotStalled;  ///< the tail position the ring waits at
+    ucs::Ticks stalled_since_ = 0;
+    ucs::Ticks last_peer_death_ = 0;  ///< when a peer was last found dead (0: never)
 };
 
 }  // namespace loom::uct::shm

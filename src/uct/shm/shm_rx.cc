@@ -104,6 +104,7 @@ unsigned ShmIface::slow_progress() {
             if (now >= next_peer_check_) {
                 next_peer_check_ = now + peer_check_ticks_;
                 check_peers();
+                check_stalled_ring(now);
             }
         }
     }
@@ -113,6 +114,42 @@ unsigned ShmIface::slow_progress() {
     if (rx_.slow_work & kWorkErrors) report_errors();
     if (rx_.slow_work & kWorkFlush) complete_iface_flush();
     return count;
+}
+
+void ShmIface::check_stalled_ring(ucs::Ticks now) {
+    // A producer reserves cells (a CAS on head), writes its message, then publishes it; one
+    // killed in between leaves a run nobody will ever publish, and the ring would wait at it
+    // forever, with every later message (of live peers) behind it.
+    Rx& rx = rx_;
+    const std::uint64_t head = rx.ctl->head.load(std::memory_order_acquire);
+    const Cell* cell = rx.cells + (rx.tail & rx.mask);
+    if (head == rx.tail || cell->hdr.seq.load(std::memory_order_acquire) == seq_of(rx.tail, rx.salt)) {
+        stalled_at_ = kNotStalled;  // empty, or the next message is there
+        return;
+    }
+    if (stalled_at_ != rx.tail) {
+        stalled_at_ = rx.tail;
+        stalled_since_ = now;
+        return;
+    }
+    // Only a peer found dead after the wait began can have left it: a live one publishes
+    // within microseconds, and the timeout leaves room for one descheduled mid-copy.
+    const auto timeout = ucs::ns_to_ticks(static_cast<std::uint64_t>(config_.dead_producer_timeout.count()));
+    if (last_peer_death_ < stalled_since_ || now - stalled_since_ < timeout) return;
+    // The next message published after the dead run starts the live part of the ring; until
+    // one is (a live producer may still be writing right behind), keep waiting.
+    for (std::uint64_t pos = rx.tail + 1; pos != head; ++pos) {
+        const Cell* next = rx.cells + (pos & rx.mask);
+        if (next->hdr.seq.load(std::memory_order_acquire) != seq_of(pos, rx.salt)) continue;
+        LOOM_LOG_ERROR(
+            "receive ring position {}: skipped {} cells a peer process reserved and never published "
+            "(it died while sending); its message there is lost",
+            rx.tail, pos - rx.tail);
+        rx.tail = pos;
+        rx.ctl->tail.store(rx.tail, std::memory_order_release);
+        stalled_at_ = kNotStalled;
+        return;
+    }
 }
 
 unsigned ShmIface::dispatch_pending() {

@@ -9,7 +9,8 @@
  * Layout of a FIFO segment:
  *
  *     line 0   FifoCtl: magic, layout version, cell count, salt, owner, state (read-mostly)
- *     line 1   head: the next cell to reserve (producers CAS it; the consumer never reads it)
+ *     line 1   head: the next cell to reserve (producers CAS it; the consumer reads it to
+ *              arm, and when it waits on a reservation never published: check_stalled_ring)
  *     line 2   tail: the next cell to consume (the consumer stores it; producers read it
  *              only when their cached copy says the ring is full)
  *     line 3.. cells[N], N a power of two
