@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -70,6 +71,12 @@ Peer::~Peer() {
 // flag and sends one datagram to the owner's abstract unix socket, named after the FIFO, so
 // any process that can write the FIFO can wake its owner without exchanging another address.
 // Only sleeping owners cost a system call; UCX's shared-memory transport does the same.
+//
+// A sleeper must also wake when a peer dies: its requests to that peer wait for a failure
+// that only progress's peer check reports. So the event fd is an epoll set of the wake
+// socket and the pidfd of every live peer (readable once its process exits); arming makes
+// the next progress check the peers at once, and a peer found failed leaves the set (its
+// pidfd stays readable for good).
 
 std::size_t wake_socket_name(std::uint32_t owner_pid, std::uint64_t cookie, char (&out)[64]) {
     out[0] = '\0';  // abstract namespace: no file, gone with the socket
@@ -94,8 +101,22 @@ void fifo_wake(FifoCtl* fifo) {
                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
 }
 
+void ShmIface::watch_peer(const Peer& peer) {
+    if (event_set_ < 0 || peer.pidfd < 0 || peer.failure != Status::ok) return;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (::epoll_ctl(event_set_, EPOLL_CTL_ADD, peer.pidfd, &ev) != 0 && errno != EEXIST) {
+        LOOM_LOG_WARN("shm: a sleeping worker will not wake when process {} dies: {}", peer.seg.pid,
+                      std::strerror(errno));
+    }
+}
+
+void ShmIface::unwatch_peer(const Peer& peer) {
+    if (event_set_ >= 0 && peer.pidfd >= 0) (void)::epoll_ctl(event_set_, EPOLL_CTL_DEL, peer.pidfd, nullptr);
+}
+
 Result<int> ShmIface::event_fd() {
-    if (wake_fd_ >= 0) return wake_fd_;
+    if (event_set_ >= 0) return event_set_;
     int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         LOOM_LOG_ERROR("shm: cannot create the wake-up socket: {}", std::strerror(errno));
@@ -112,8 +133,19 @@ Result<int> ShmIface::event_fd() {
         ::close(fd);
         return Status::io_error;
     }
+    const int set = ::epoll_create1(EPOLL_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    if (set < 0 || ::epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        LOOM_LOG_ERROR("shm: cannot make the wake-up event set: {}", std::strerror(errno));
+        if (set >= 0) ::close(set);
+        ::close(fd);
+        return Status::no_resource;
+    }
     wake_fd_ = fd;
-    return fd;
+    event_set_ = set;
+    for (const auto& [key, peer] : peers_) watch_peer(*peer);
+    return set;
 }
 
 Status ShmIface::event_arm() {
@@ -123,6 +155,9 @@ Status ShmIface::event_arm() {
     while (::recv(wake_fd_, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
     }
     if (rx_.slow_work != 0) return Status::busy;
+    // Woken by a pidfd (or anything), progress checks the peers first thing.
+    rx_.countdown = 1;
+    next_peer_check_ = 0;
     rx_.ctl->armed.store(1, std::memory_order_seq_cst);
     // A reservation not yet consumed means a message is (or is about to be) there.
     if (rx_.ctl->head.load(std::memory_order_seq_cst) != rx_.tail) return Status::busy;
@@ -198,6 +233,7 @@ ShmIface::~ShmIface() {
     progress_disable();
     // Peers that still send here see the flag and fail their endpoints (connection_reset).
     rx_.ctl->state.store(kFifoClosed, std::memory_order_release);
+    if (event_set_ >= 0) ::close(event_set_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
     while (!eps_.empty()) ep_destroy(&eps_.front());  // endpoints the user did not destroy
     for (ReplyJob& job : replies_) --job.peer->refs;
@@ -396,6 +432,7 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     }
     Peer* raw = peer.get();
     peers_.emplace(key, std::move(peer));
+    watch_peer(*raw);
     return raw;
 }
 
@@ -495,6 +532,7 @@ void ShmIface::check_peers() {
 
 void ShmIface::peer_failed(Peer& peer, Status status) {
     peer.failure = status;
+    unwatch_peer(peer);
     last_peer_death_ = ucs::get_time();  // it may have died mid-message in our ring (check_stalled_ring)
     unsigned count = 0;
     for (ShmEp& ep : eps_) {

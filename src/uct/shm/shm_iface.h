@@ -167,6 +167,9 @@ private:
     Status check_peer(Peer& peer);
     void check_peers();
     void peer_failed(Peer& peer, Status status);
+    /** Adds @p peer's pidfd to the event set (if there is one), so its death wakes a sleeper. */
+    void watch_peer(const Peer& peer);
+    void unwatch_peer(const Peer& peer);
     void fail_ep(ShmEp* ep, Status status);
     LOOM_COLD Status send_blocked(ShmEp* ep);
     void report_errors();
@@ -193,7 +196,8 @@ private:
     std::uint64_t next_op_id_ = 1;
     std::size_t outstanding_ = 0;  ///< emulated operations of every endpoint
     std::vector<Completion*> flush_waiters_;
-    int wake_fd_ = -1;  ///< the bound wake-up socket, made by the first event_fd/event_arm
+    int wake_fd_ = -1;    ///< the bound wake-up socket, made by the first event_fd/event_arm
+    int event_set_ = -1;  ///< the event fd: an epoll set of wake_fd_ and the live peers' pidfds
     std::deque<ReplyJob> replies_;
     ucs::Ticks next_peer_check_ = 0;
     ucs::Ticks peer_check_ticks_ = 0;

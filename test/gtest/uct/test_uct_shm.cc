@@ -884,5 +884,55 @@ TEST(ShmFailure, ClosedPeerIfaceFailsItsEndpoints) {
     EXPECT_EQ(1, error.calls);
 }
 
+/**
+ * A worker asleep on its event fd must wake when a peer dies: requests to that peer wait
+ * for a failure only progress's peer check reports (found by the Python bindings' asyncio
+ * tests: an await on a send to a killed shm peer never returned).
+ */
+TEST(ShmFailure, ADyingPeerWakesASleepingIface) {
+    ShmSide sender({{"SHM_PEER_CHECK_INTERVAL", "10s"}});  // only the wake-up can make it check
+    int to_parent[2];
+    ASSERT_EQ(0, ::pipe(to_parent));
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // a peer that lives until it is killed
+        ShmSide peer;
+        const std::vector<std::uint8_t> address = peer.address();
+        const auto size = static_cast<std::uint32_t>(address.size());
+        if (::write(to_parent[1], &size, sizeof(size)) == sizeof(size) &&
+            ::write(to_parent[1], address.data(), size) == static_cast<ssize_t>(size)) {
+            for (;;) ::pause();
+        }
+        ::_exit(1);
+    }
+    ::close(to_parent[1]);
+    std::uint32_t size = 0;
+    ASSERT_EQ(static_cast<ssize_t>(sizeof(size)), ::read(to_parent[0], &size, sizeof(size)));
+    std::vector<std::uint8_t> address(size);
+    ASSERT_EQ(static_cast<ssize_t>(size), ::read(to_parent[0], address.data(), size));
+    ::close(to_parent[0]);
+    ErrorRecord error;
+    auto ep = sender.connect(address, ErrorRecord::on_error, &error);
+    ASSERT_TRUE(ep.ok());
+    auto fd = sender.iface().event_fd();
+    ASSERT_TRUE(fd.ok());
+    while (sender.progress() != 0) {
+    }
+    ASSERT_EQ(Status::ok, sender.iface().event_arm());
+    loom::test::LogCapture capture("error");
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    pollfd pfd{*fd, POLLIN, 0};
+    ASSERT_EQ(1, ::poll(&pfd, 1, 30000)) << "the sleeper was not woken by its peer's death";
+    ASSERT_TRUE(sender.progress_until([&] { return error.calls > 0; }, std::chrono::seconds(10)));
+    EXPECT_EQ(Status::endpoint_failure, error.status);
+    // The dead peer's pidfd (readable for good) no longer wakes the sleeper.
+    while (sender.progress() != 0) {
+    }
+    ASSERT_EQ(Status::ok, sender.iface().event_arm());
+    EXPECT_EQ(0, ::poll(&pfd, 1, 100)) << "a dead peer keeps waking the sleeper";
+}
+
 }  // namespace
 }  // namespace loom::uct::shmtest
