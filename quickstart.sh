@@ -78,6 +78,8 @@ packages=(
     nftables
     # the fuzz targets (test/fuzz): clang with libFuzzer and its sanitizer runtimes
     clang-16 libfuzzer-16-dev libclang-rt-16-dev
+    # the Python bindings (bindings/python), their tests and benchmark (docs/python.md)
+    python3-dev pybind11-dev python3-numpy python3-pytest python3-mpi4py
 )
 
 install_packages() {
