@@ -101,7 +101,13 @@ unsigned ShmIface::slow_progress() {
         rx_.countdown = kClockCheckPeriod;
         if (!peers_.empty()) {
             const ucs::Ticks now = ucs::get_time();
-            if (now >= next_peer_check_) {
+            // Messages already published in our ring go first: a peer that sent them and
+            // then closed its iface or exited must have them delivered before its
+            // endpoints fail. (A run left unpublished does not hold the check back.)
+            const Cell* next = rx_.cells + (rx_.tail & rx_.mask);
+            const bool message_waiting =
+                next->hdr.seq.load(std::memory_order_acquire) == seq_of(rx_.tail, rx_.salt);
+            if (now >= next_peer_check_ && !message_waiting) {
                 next_peer_check_ = now + peer_check_ticks_;
                 check_peers();
                 check_stalled_ring(now);
