@@ -885,6 +885,40 @@ TEST(ShmFailure, ClosedPeerIfaceFailsItsEndpoints) {
 }
 
 /**
+ * A peer that sent and then closed its iface has its messages delivered before its
+ * endpoints fail: the protocol layer above fails what waits on a failed endpoint (a
+ * stream's last record, 25 fragments behind, was lost to a server woken by the close).
+ */
+TEST(ShmFailure, MessagesOfAClosedPeerArriveBeforeItsFailure) {
+    ShmSide receiver({{"SHM_PEER_CHECK_INTERVAL", "1ms"}});
+    auto sender = std::make_unique<ShmSide>();
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    struct Seen {
+        Inbox* inbox;
+        std::size_t at_failure = 0;
+        int calls = 0;
+    } seen{&inbox};
+    auto back = receiver.connect(
+        sender->address(),
+        [](void* arg, Ep*, Status) {
+            auto* s = static_cast<Seen*>(arg);
+            s->at_failure = s->inbox->messages.size();
+            ++s->calls;
+        },
+        &seen);
+    ASSERT_TRUE(back.ok());
+    Ep* ep = sender->connect_or_throw(receiver.address());
+    constexpr std::size_t kMessages = 40;  // more than one progress call handles
+    for (std::size_t i = 0; i < kMessages; ++i) ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, i, nullptr, 0));
+    sender.reset();  // closes its iface: the receiver's next peer check fails the endpoint
+    // Arming makes the next progress check the peers at once (a sleeper woken by the close).
+    (void)receiver.iface().event_arm();
+    ASSERT_TRUE(receiver.progress_until([&] { return seen.calls > 0; }, std::chrono::seconds(10)));
+    EXPECT_EQ(kMessages, seen.at_failure) << "the endpoint failed before the peer's messages were handled";
+}
+
+/**
  * A worker asleep on its event fd must wake when a peer dies: requests to that peer wait
  * for a failure only progress's peer check reports (found by the Python bindings' asyncio
  * tests: an await on a send to a killed shm peer never returned).
