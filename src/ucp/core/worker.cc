@@ -1124,6 +1124,21 @@ void purge_lanes(Ep* ep, Status status) {
     }
 }
 
+/**
+ * Ends every transfer still in flight on the lanes of @p ep (failed), as UCX discards a
+ * failed endpoint's lanes. One lane's failure says the peer is gone, but a transfer on
+ * another lane ends only when that transport notices too: a rendezvous GET on rc waits for
+ * the QP's retries, which had not given up 30 s after the peer died (Soft-RoCE, in the VM,
+ * the failure seen on the tcp lane that wired rc up). Cancelled transfers complete with
+ * canceled; the requests they serve report the endpoint's failure.
+ */
+void cancel_lanes(Ep* ep) {
+    for (std::uint8_t lane = 0; lane < ep->num_lanes; ++lane) {
+        uct::Ep* uep = ep->lanes[lane].ep;
+        if (uep != nullptr) (void)uct::ep_flush(uep, uct::kFlushCancel, nullptr);
+    }
+}
+
 }  // namespace
 
 void Worker::ep_destroy(Ep* ep, Status status) {
@@ -1157,6 +1172,7 @@ void Worker::ep_fail(Ep* ep, Status status) {
     for_each_family<&ProtoFamily::ep_purge>(*this, ep, status);
     while (!ep->outstanding.empty()) complete(&ep->outstanding.front(), status);
     for_each_family<&ProtoFamily::ep_failed>(*this, ep, status);
+    cancel_lanes(ep);
     if (ep->on_error != nullptr && !(ep->flags & kEpInternal)) {
         ep->on_error(ep->on_error_arg, reinterpret_cast<loom_ep_h>(ep), static_cast<loom_status_t>(status));
     }

@@ -35,11 +35,21 @@ Ep* reply_ep(Worker& w, std::uint64_t uuid) {
     return it->second;
 }
 
+/**
+ * What a receive whose GET ended with @p status reports: the failure of the sender's
+ * endpoint when that ended it (its lanes' transfers are cancelled then), else @p status.
+ */
+Status get_status(Worker& w, std::uint64_t uuid, Status status) {
+    if (status == Status::ok) return status;
+    auto it = w.ep_by_uuid.find(uuid);
+    return it != w.ep_by_uuid.end() && (it->second->flags & kEpFailed) ? it->second->failure : status;
+}
+
 }  // namespace
 
 void send_ack(Worker& w, std::uint64_t uuid, uct::AmId id, std::uint64_t sreq_id, Status status) {
     Ep* ep = reply_ep(w, uuid);
-    if (ep == nullptr) return;
+    if (ep == nullptr || (ep->flags & kEpFailed)) return;  // nobody left to tell
     AckHdr ack{sreq_id, static_cast<std::int32_t>(status), 0};
     if (Status s = w.send_ctrl(ep, id, &ack, sizeof(ack)); s != Status::ok) {
         LOOM_LOG_WARN("ucp: cannot acknowledge to {:016x}: {}", uuid, to_string(s));
@@ -78,6 +88,7 @@ void rndv_split_get_done(uct::Completion* comp) {
     Worker& w = *req->worker;
     req->recv.rkey_component->rkey_release(req->recv.rkey);
     send_ack(w, req->recv.sender_uuid, kAmRndvAts, req->recv.sreq_id, comp->status);
+    comp->status = get_status(w, req->recv.sender_uuid, comp->status);
     req->recv.rndv_wait &= ~kRecvWaitGet;
     rndv_recv_settle(w, req);
 }
@@ -116,7 +127,7 @@ void rndv_get_done(uct::Completion* comp) {
     req->recv.rkey_component->rkey_release(req->recv.rkey);
     send_ack(w, req->recv.sender_uuid, kAmRndvAts, req->recv.sreq_id, comp->status);
     req->recv.dt.finish();
-    w.complete(req, comp->status);
+    w.complete(req, get_status(w, req->recv.sender_uuid, comp->status));
 }
 
 /**

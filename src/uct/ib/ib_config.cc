@@ -74,7 +74,9 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "Time the transport waits for an acknowledgement before retransmitting (rounded up to the "
                    "verbs encoding, 4.096 us * 2^n).",
                    &IbConfig::timeout, cfg::TimeParser()),
-        cfg::field("RETRY_COUNT", "7", "Retransmissions before a queue pair fails with a retry error.",
+        cfg::field("RETRY_COUNT", "7",
+                   "Retransmissions before a queue pair fails with a retry error (Soft-RoCE takes 7 as "
+                   "unlimited: only keep-alive or another lane then notices a dead peer).",
                    &IbConfig::retry_count, cfg::IntParser<unsigned>().range(0, 7)),
         cfg::field("RNR_RETRY", "7",
                    "Retries when the receiver has no buffer posted (7: unlimited). Flow control keeps this "

@@ -744,6 +744,57 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpKillCloseTest, testing::Values("shm", "tcp"),
                              return std::string(info.param);
                          });
 
+class UcpKillGetTest : public testing::TestWithParam<const char*> {};
+
+/**
+ * A rendezvous receive that GETs from a sender already dead completes with an error. With
+ * rc wired up over tcp, the death shows on the tcp lane, and a GET posted on the rc lane
+ * before that was noticed went to a queue pair that no longer exists: it waited for rc's
+ * retries, which had not given up 30 s later under Soft-RoCE (the CI run of 45c9b67:
+ * Verbs/UcpKillTest.EveryRequestCompletes/rc_tcp_aux_AmRndvSenderKilled). A failed
+ * endpoint now cancels what its lanes have in flight. Here the survivor sees the RTS,
+ * kills the sender, and only then receives, without progressing in between.
+ */
+TEST_P(UcpKillGetTest, AReceiveThatGetsFromADeadSenderCompletes) {
+    const char* tls = GetParam();
+    static constexpr std::size_t kLength = std::size_t{4} << 20;
+    loom::test::ScopedEnv scheme("LOOM_RNDV_SCHEME", "get_zcopy");
+    ForkedPeer peer([tls](ForkedPeer::Channel& ch) {
+        Side me;
+        if (!me.open(tls) || !me.meet_parent(ch) || !warm_up(me, false)) return 1;
+        std::vector<unsigned char> data(kLength, 0x5a);
+        loom_status_ptr_t send = loom_tag_send_nbx(me.ep, data.data(), data.size(), 9, nullptr);
+        if (LOOM_PTR_IS_ERR(send)) return 3;
+        me.progress_until([] { return false; }, kPeerLifeSeconds);  // killed meanwhile
+        return 2;
+    });
+    Side me;
+    ASSERT_TRUE(me.open(tls));
+    ASSERT_TRUE(me.meet_child(peer.channel(), true));
+    ASSERT_TRUE(warm_up(me, true));
+    loom_tag_recv_info_t info{};
+    ASSERT_TRUE(me.progress_until([&] { return loom_tag_probe_nb(me.worker, 9, ~0ull, 0, &info) != nullptr; },
+                                  kBoundSeconds))
+        << "no RTS from the peer";
+    peer.kill(SIGKILL);
+    ASSERT_EQ(-SIGKILL, peer.wait());
+    std::vector<unsigned char> buf(kLength, 0);
+    loom_status_ptr_t recv = loom_tag_recv_nbx(me.worker, buf.data(), buf.size(), 9, ~0ull, nullptr);
+    const loom_status_t s = me.wait_with(recv, loom_request_check_status, kBoundSeconds);
+    ASSERT_NE(LOOM_ERR_TIMED_OUT, s) << "the receive still waits for its GET " << kBoundSeconds
+                                     << " s after the sender died (a hang)";
+    EXPECT_NE(LOOM_OK, s) << "a GET from a dead process succeeded";
+    EXPECT_TRUE(me.progress_until([&] { return me.errors != 0; }, kBoundSeconds));
+    EXPECT_EQ(1, me.errors) << "the error handler must run once";
+    printf("[ KILL     ] %s: the receive: %s; error handler: %s\n", tls, loom_status_string(s),
+           loom_status_string(me.last_error));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcpKillGetTest, testing::Values("tcp"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                             return std::string(info.param);
+                         });
+
 std::vector<Param> params(const std::vector<const char*>& tls) {
     std::vector<Param> out;
     for (const char* t : tls) {
@@ -770,5 +821,13 @@ std::vector<const char*> verbs_tls() {
 
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpKillTest, testing::ValuesIn(params(verbs_tls())), param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpKillTest);
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpKillGetTest, testing::ValuesIn(verbs_tls()),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                             std::string name = info.param;
+                             std::replace_if(
+                                 name.begin(), name.end(), [](char ch) { return ch == ',' || ch == ':'; },
+                                 '_');
+                             return name;
+                         });
 
 }  // namespace
