@@ -3,9 +3,14 @@
  * LOOM_KEEPALIVE_COUNT reach tcp's sockets as keepalive options and TCP_USER_TIMEOUT, so
  * a silent host fails a connection, idle or busy, within interval x count. What the
  * bound does on a real network (a host that vanishes, a link that flaps) is
- * test/faults/run_net_faults.sh; rc's probes are Rc/IbPairTest.Keepalive*.
+ * test/faults/run_net_faults.sh for tcp; rc's probes are Rc/IbPairTest.Keepalive* at the
+ * transport layer and UcpSilentPeerTest (below, in the RDMA VM) at the protocol layer.
  */
+#include "common/forked_peer.h"
+#include "common/silent_device.h"
+#include "common/test_helpers.h"
 #include "ucp_pair.h"
+#include "ucp_side.h"
 
 #include "ucp/api/handles.h"
 
@@ -15,7 +20,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -128,5 +136,124 @@ TEST_P(UcpKeepaliveTest, TransportsThatWatchThemselvesCostNoRounds) {
 const TlSet kSets[] = {{"tcp", "tcp", false}};
 INSTANTIATE_TEST_SUITE_P(Tls, UcpKeepaliveTest, testing::ValuesIn(kSets),
                          [](const testing::TestParamInfo<TlSet>& i) { return std::string(i.param.name); });
+
+// --- rc: a peer host that goes silent, at the protocol layer ------------------------------
+
+/**
+ * The RDMA device of the same kind beside @p dev (rxe1 for rxe0): the peer's, so that
+ * their packets cross the VM's veth wire, where SilentDevice can cut them. Empty when
+ * there is none.
+ */
+std::string sibling_device(const std::string& dev) {
+    if (dev.empty() || (dev.back() != '0' && dev.back() != '1')) return {};
+    std::string other = dev;
+    other.back() = dev.back() == '0' ? '1' : '0';
+    return std::ifstream("/sys/class/infiniband/" + other + "/node_type").good() ? other : std::string{};
+}
+
+/** The parameters: LOOM_TLS, and whether requests wait on the endpoint when the peer goes silent. */
+struct SilentCase {
+    const char* tls;
+    bool busy;
+};
+
+class UcpSilentPeerTest : public testing::TestWithParam<SilentCase> {};
+
+/**
+ * A peer host that goes silent (every packet to its device dropped: no reset, no
+ * disconnect, its process alive) fails an rc endpoint with LOOM_ERR_PEER_TIMEOUT by the
+ * protocol layer's keep-alive, within LOOM_KEEPALIVE_INTERVAL x LOOM_KEEPALIVE_COUNT plus
+ * a round; the error handler runs once. Busy: a synchronous send whose acknowledgement
+ * cannot come and a flush of eager sends that cannot be acknowledged complete with the
+ * error too (rc's own retries never end under Soft-RoCE: only keep-alive notices). The two
+ * processes use the two devices of a veth wire (rxe0 and rxe1, siw0 and siw1); with
+ * LOOM_IB_CM=verbs, rc is wired up over tcp on lo, which stays up: keep-alive of the rc
+ * lane alone notices.
+ */
+TEST_P(UcpSilentPeerTest, KeepaliveFailsTheEndpointOfAPeerThatWentSilent) {
+    const SilentCase& c = GetParam();
+    const char* devices = std::getenv("LOOM_NET_DEVICES");
+    ASSERT_NE(nullptr, devices) << "run by test/rdma/run_rdma_tests.sh, which names the device";
+    const std::string list = devices;
+    const std::string mine = list.substr(0, list.find(':'));
+    const std::string theirs = sibling_device(mine);
+    ASSERT_FALSE(theirs.empty()) << "no second device beside " << mine
+                                 << " (the RDMA VM has two of each kind)";
+    std::string their_list = list;
+    their_list.replace(0, mine.size(), theirs);
+    loom::test::ScopedEnv interval("LOOM_KEEPALIVE_INTERVAL", "200ms");
+    loom::test::ScopedEnv count("LOOM_KEEPALIVE_COUNT", "3");
+    constexpr std::uint64_t kFeatures = LOOM_FEATURE_TAG;
+    loom::test::ForkedPeer peer([&](loom::test::ForkedPeer::Channel& ch) {
+        setenv("LOOM_NET_DEVICES", their_list.c_str(), 1);
+        loom::test::UcpSide me;
+        if (!me.open(c.tls, kFeatures) || !me.meet_parent(ch)) return 1;
+        std::uint64_t word = 0;
+        if (me.wait_with(loom_tag_recv_nbx(me.worker, &word, sizeof(word), 1, ~0ull, nullptr),
+                         loom_request_check_status, 30) != LOOM_OK) {
+            return 3;
+        }
+        me.progress_until([] { return false; }, 60);  // alive, progressing, never receiving more; killed
+        return 2;
+    });
+    loom::test::UcpSide me;
+    ASSERT_TRUE(me.open(c.tls, kFeatures));
+    ASSERT_TRUE(me.meet_child(peer.channel(), true));
+    std::uint64_t word = 1;
+    ASSERT_EQ(LOOM_OK, me.wait_with(loom_tag_send_nbx(me.ep, &word, sizeof(word), 1, nullptr),
+                                    loom_request_check_status, 30));
+    // Five intervals with a live peer: nobody is given up.
+    const auto live_until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    me.progress_until([&] { return std::chrono::steady_clock::now() >= live_until; });
+    ASSERT_EQ(0, me.errors) << "a live peer was given up: " << loom_status_string(me.last_error);
+
+    loom::test::SilentDevice silent(theirs);
+    ASSERT_TRUE(silent.why_not().empty()) << "cannot silence the peer: " << silent.why_not();
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<loom_status_ptr_t> requests;
+    if (c.busy) {
+        std::uint64_t sync_word = 2;
+        requests.push_back(loom_tag_send_sync_nbx(me.ep, &sync_word, sizeof(sync_word), 2, nullptr));
+        std::vector<char> eager(2000, 'e');
+        for (int i = 0; i < 8; ++i)
+            requests.push_back(loom_tag_send_nbx(me.ep, eager.data(), eager.size(), 3, nullptr));
+        requests.push_back(loom_ep_flush_nbx(me.ep, nullptr));
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(requests.front())) << "the synchronous send completed without its peer";
+        ASSERT_TRUE(LOOM_PTR_IS_PTR(requests.back())) << "the flush completed without its peer";
+    }
+    const bool failed = me.progress_until([&] { return me.errors != 0; }, 30);
+    const auto took =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE(failed) << "the endpoint of a silent peer did not fail within 30 s (keep-alive bound 600 ms)";
+    EXPECT_EQ(1, me.errors);
+    EXPECT_EQ(LOOM_ERR_PEER_TIMEOUT, me.last_error) << loom_status_string(me.last_error);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+        const loom_status_t s = me.wait_with(requests[i], loom_request_check_status, 30);
+        EXPECT_NE(LOOM_ERR_TIMED_OUT, s) << "request " << i << " still waits after the endpoint failed";
+        if (i == 0 || i + 1 == requests.size()) {  // the synchronous send and the flush cannot succeed
+            EXPECT_NE(LOOM_OK, s) << "request " << i;
+        }
+    }
+    std::printf("[ SILENT   ] %s%s: the endpoint failed after %lld ms (%s)\n", c.tls, c.busy ? ", busy" : "",
+                static_cast<long long>(took.count()), loom_status_string(me.last_error));
+    peer.kill(SIGKILL);
+    (void)peer.wait();
+}
+
+std::vector<SilentCase> silent_cases() {
+    std::vector<SilentCase> out;
+    for (const char* tls : loom::test::verbs_tls()) {
+        out.push_back({tls, false});
+        out.push_back({tls, true});
+    }
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpSilentPeerTest, testing::ValuesIn(silent_cases()),
+                         [](const testing::TestParamInfo<SilentCase>& info) {
+                             return loom::test::tls_name(info.param.tls) +
+                                    (info.param.busy ? "_busy" : "_idle");
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpSilentPeerTest);
 
 }  // namespace

@@ -50,6 +50,7 @@
 namespace {
 
 using loom::test::ForkedPeer;
+using loom::test::verbs_tls;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kFeatures =
@@ -804,30 +805,16 @@ std::vector<Param> params(const std::vector<const char*>& tls) {
 }
 
 std::string param_name(const testing::TestParamInfo<Param>& info) {
-    std::string name = std::string(info.param.tls) + "_" + info.param.c->name;
-    std::replace_if(name.begin(), name.end(), [](char ch) { return ch == ',' || ch == ':'; }, '_');
-    return name;
+    return loom::test::tls_name(info.param.tls) + "_" + info.param.c->name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcpKillTest, testing::ValuesIn(params({"shm", "tcp"})), param_name);
-
-/** rc where test/rdma/run_rdma_tests.sh runs the protocol layer suites on RDMA devices (LOOMTEST_UCP_VERBS=1). */
-std::vector<const char*> verbs_tls() {
-    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
-    const char* cm = std::getenv("LOOM_IB_CM");
-    if (cm != nullptr && std::string(cm) == "verbs") return {"rc,tcp:aux"};  // wired up over tcp
-    return {"rc"};
-}
 
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpKillTest, testing::ValuesIn(params(verbs_tls())), param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpKillTest);
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpKillGetTest, testing::ValuesIn(verbs_tls()),
                          [](const testing::TestParamInfo<const char*>& info) {
-                             std::string name = info.param;
-                             std::replace_if(
-                                 name.begin(), name.end(), [](char ch) { return ch == ',' || ch == ':'; },
-                                 '_');
-                             return name;
+                             return loom::test::tls_name(info.param);
                          });
 
 }  // namespace

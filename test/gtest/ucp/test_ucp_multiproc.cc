@@ -339,19 +339,9 @@ TEST_P(UcpMultiProcTest, SenderKilledBeforeItsPutsFailsTheReceive) {
 INSTANTIATE_TEST_SUITE_P(Tls, UcpMultiProcTest, testing::Values("shm", "tcp"),
                          [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
-/** rc where test/rdma/run_rdma_tests.sh runs the suite on RDMA devices (LOOMTEST_UCP_VERBS=1). */
-std::vector<const char*> verbs_tls() {
-    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
-    const char* cm = std::getenv("LOOM_IB_CM");
-    if (cm != nullptr && std::string(cm) == "verbs") return {"rc,tcp:aux"};  // wired up over tcp
-    return {"rc"};
-}
-
-INSTANTIATE_TEST_SUITE_P(Verbs, UcpMultiProcTest, testing::ValuesIn(verbs_tls()),
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpMultiProcTest, testing::ValuesIn(loom::test::verbs_tls()),
                          [](const testing::TestParamInfo<const char*>& info) {
-                             std::string name = info.param;
-                             std::replace_if(name.begin(), name.end(), [](char c) { return c == ',' || c == ':'; }, '_');
-                             return name;
+                             return loom::test::tls_name(info.param);
                          });
 
 }  // namespace

@@ -11,9 +11,31 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace loom::test {
+
+/**
+ * LOOM_TLS of the two-process suites' Verbs instances: rc where test/rdma/run_rdma_tests.sh
+ * runs the protocol layer suites on RDMA devices (LOOMTEST_UCP_VERBS=1), wired up over tcp
+ * with LOOM_IB_CM=verbs; none elsewhere.
+ */
+inline std::vector<const char*> verbs_tls() {
+    if (std::getenv("LOOMTEST_UCP_VERBS") == nullptr) return {};
+    const char* cm = std::getenv("LOOM_IB_CM");
+    if (cm != nullptr && std::string(cm) == "verbs") return {"rc,tcp:aux"};
+    return {"rc"};
+}
+
+/** A test name part for LOOM_TLS @p tls ("rc,tcp:aux" gives "rc_tcp_aux"). */
+inline std::string tls_name(const char* tls) {
+    std::string name = tls;
+    for (char& ch : name) {
+        if (ch == ',' || ch == ':') ch = '_';
+    }
+    return name;
+}
 
 class UcpSide {
 public:

@@ -14,6 +14,7 @@
  */
 #include "uct_test.h"
 
+#include "common/silent_device.h"
 #include "common/test_helpers.h"
 #include "ucs/memory/memhooks.h"
 #include "ucs/memory/pages.h"
@@ -1542,45 +1543,6 @@ TEST_P(IbPairTest, DeadPeerFailsTheEndpoint) {
     EXPECT_EQ(errors.status, ep_am_short(ep, kAmId, 0, nullptr, 0));
 }
 
-/**
- * While alive, every packet arriving at the network device of RDMA device @p ibdev is
- * dropped (nft, netdev ingress hook): the host behind it goes silent, as with a pulled
- * cable. Needs root and nft (the test VM has both); why_not() says what is missing.
- */
-class SilentDevice {
-public:
-    explicit SilentDevice(const std::string& ibdev) {
-        std::ifstream f("/sys/class/infiniband/" + ibdev + "/ports/1/gid_attrs/ndevs/0");
-        std::string netdev;
-        std::getline(f, netdev);
-        if (netdev.empty()) {
-            why_not_ = "no network device under /sys/class/infiniband/" + ibdev;
-        } else if (::geteuid() != 0 || std::system("command -v nft >/dev/null 2>&1") != 0) {
-            why_not_ = "dropping packets needs root and nft (nftables)";
-        } else {
-            const std::string cmd =
-                "nft add table netdev loom_silent && nft 'add chain netdev loom_silent in { type "
-                "filter hook ingress device " +
-                netdev + " priority 0; policy drop; }'";
-            if (std::system(cmd.c_str()) == 0) {
-                active_ = true;
-            } else {
-                why_not_ = "failed: " + cmd;
-            }
-        }
-    }
-    ~SilentDevice() {
-        if (active_) (void)std::system("nft delete table netdev loom_silent");
-    }
-    SilentDevice(const SilentDevice&) = delete;
-    SilentDevice& operator=(const SilentDevice&) = delete;
-    const std::string& why_not() const { return why_not_; }
-
-private:
-    bool active_ = false;
-    std::string why_not_;
-};
-
 TEST_P(IbPairTest, KeepaliveFailsAnIdleEndpointWhosePeerVanished) {
     // A peer host that vanishes says nothing: without a probe an idle endpoint waits for ever
     // (the QP retries only what it sends). ep_check's probe notices within its timeout.
@@ -1602,7 +1564,7 @@ TEST_P(IbPairTest, KeepaliveFailsAnIdleEndpointWhosePeerVanished) {
         while (std::chrono::steady_clock::now() < until) sender_->worker().progress();
     }
     ASSERT_EQ(0, errors.calls) << "a live peer was given up: " << to_string(errors.status);
-    std::optional<SilentDevice> silent;
+    std::optional<loom::test::SilentDevice> silent;
     if (back != nullptr) {
         receiver_->iface().ep_destroy(back);  // the peer's QP goes away without a word
         receiver_->forget(back);
