@@ -12,7 +12,8 @@ missing on a live endpoint (lost), an error on an endpoint whose peer was not ki
 operation or endpoint that stays stuck past --bound, a process that crashes or does not
 finish its drain.
 
-While it runs it samples each process's VmRSS from /proc/PID/status. At the end it
+While it runs it samples each process's VmRSS from /proc/PID/status, from the first
+statistics the process writes (its set-up done) on. At the end it
 prints a table (and --json FILE): messages, bytes, expected and unexpected errors, lost,
 corrupted, and RSS per process. Exit status 0 only when lost, corrupted and unexpected
 errors are all 0 and the memory of every long-lived process is bounded:
@@ -26,6 +27,10 @@ minute; allocator noise and pools that grow to their working size do not.
 Transports: LOOM_TLS of the environment (tcp if unset), or --tls, repeatable, given to
 the processes in turn (--tls shm,tcp --tls tcp: pairs of two shm,tcp processes use shm,
 pairs with the tcp one use tcp).
+
+Simulated hosts (test/faults/run_soak_netem.sh): --prefix gives each process, in turn like
+--tls, a command its soak_peer runs under (nsenter into a host's namespaces), and --addr
+the address it listens on and its peers connect to (default 127.0.0.1).
 
 Stdlib only. Every wait is bounded: the processes by --bound, this script by the end of
 the soak plus a margin, after which it kills what is left and reports it.
@@ -72,6 +77,7 @@ class Proc:
         self.t1 = None
         self.killed = False
         self.rss = []  # (seconds since the soak began, KiB)
+        self.up = False  # its set-up is done (its first stats file exists)
         self.exit = None
 
     @property
@@ -88,6 +94,9 @@ def main():
     ap.add_argument("--bound", type=float, default=30.0,
                     help="seconds any one wait may take in a process (default 30)")
     ap.add_argument("--tls", action="append", help="LOOM_TLS per process, in turn (repeatable)")
+    ap.add_argument("--prefix", action="append",
+                    help="command (split on spaces) each process runs under, in turn (repeatable)")
+    ap.add_argument("--addr", action="append", help="IPv4 address each process listens on, in turn (repeatable)")
     ap.add_argument("--kinds", default="tasr",
                     help="traffic: letters of tag, am, stream, rma (default tasr: all)")
     ap.add_argument("--peer", help="the soak_peer program (default: test/faults/soak_peer of the cwd)")
@@ -125,8 +134,11 @@ def main():
         incs[i] = inc
         env = dict(os.environ, LOOM_TLS=tls[i % len(tls)])
         log = open(os.path.join(work, f"log.{i}.{inc}"), "w")
-        p = subprocess.Popen([peer, "-i", str(i), "-n", str(args.procs), "-g", str(inc), "-d", work,
-                              "-s", str(seed), "-t", str(args.bound), "-k", args.kinds],
+        prefix = args.prefix[i % len(args.prefix)].split() if args.prefix else []
+        where = ["-a", args.addr[i % len(args.addr)]] if args.addr else []
+        # (the prefix execs the peer: the pid stays the peer's, for RSS and the kill)
+        p = subprocess.Popen(prefix + [peer, "-i", str(i), "-n", str(args.procs), "-g", str(inc), "-d", work,
+                                       "-s", str(seed), "-t", str(args.bound), "-k", args.kinds] + where,
                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         log.close()
         pr = Proc(i, inc, p, env["LOOM_TLS"], now())
@@ -138,8 +150,15 @@ def main():
             pass
 
     def sample():
+        # From a process's first stats file on: before it, the pid may still be the launcher
+        # (the libtool wrapper, nsenter) or the peer still setting up, which under emulation
+        # takes seconds and would make a first quarter of a few MiB.
         t = now()
         for pr in live.values():
+            if not pr.up:
+                pr.up = os.path.exists(os.path.join(work, f"stats.{pr.id}.{pr.inc}.json"))
+                if not pr.up:
+                    continue
             kib = rss_kib(pr.popen.pid)
             if kib is not None and pr.popen.poll() is None:
                 pr.rss.append((round(t, 2), kib))

@@ -3,13 +3,15 @@
  * with a listener that connects to every other process of the soak and sends them random
  * mixed traffic over the public C API, checking everything it receives.
  *
- *   soak_peer -i ID -n NPROCS -g INCARNATION -d DIR [-s SEED] [-t BOUND] [-k CHANNELS] [-T MAX]
+ *   soak_peer -i ID -n NPROCS -g INCARNATION -d DIR [-s SEED] [-t BOUND] [-k CHANNELS] [-T MAX] [-a ADDR]
  *
  * CHANNELS: the letters of the kinds of traffic sent (default "tasr": tag, am, stream, rma);
- * MAX: the largest tagged message (default 4 MiB). Both narrow a failure down.
+ * MAX: the largest tagged message (default 4 MiB). Both narrow a failure down. ADDR: the IPv4
+ * address this process listens on and others connect to (default 127.0.0.1; another when
+ * the processes live on different simulated hosts, test/faults/run_soak_netem.sh).
  *
  * DIR is shared with soak.py and the other processes:
- *   port.ID             "PORT INCARNATION" of process ID's listener (written by it);
+ *   port.ID             "PORT INCARNATION ADDR" of process ID's listener (written by it);
  *   killed.ID.INC       made by soak.py before it kills incarnation INC of process ID: an
  *                       error on an endpoint to a killed incarnation is expected, any other
  *                       error is not;
@@ -37,6 +39,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <loom/ucp.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -87,6 +90,7 @@ static double g_bound = 30.0, g_start;
 static uint64_t g_rand;
 static int g_stopping;
 static const char* g_kinds = "tasr"; /* -k: the channels used (tag, am, stream, rma) */
+static struct in_addr g_addr;        /* -a: where this process listens (127.0.0.1 by default) */
 static size_t g_tag_max = kTagMax;   /* -T: the largest tagged message */
 
 static struct {
@@ -203,13 +207,13 @@ static int recent_kill(void) {
     return (double)ts.tv_sec - (double)sb.st_mtime < g_bound + 2;
 }
 
-static int read_port(int id, unsigned* port, int* inc) {
-    char path[512];
+static int read_port(int id, unsigned* port, int* inc, struct in_addr* addr) {
+    char path[512], text[64];
     FILE* f;
     int ok;
     snprintf(path, sizeof(path), "%s/port.%d", g_dir, id);
     if ((f = fopen(path, "r")) == NULL) return 0;
-    ok = fscanf(f, "%u %d", port, inc) == 2;
+    ok = fscanf(f, "%u %d %63s", port, inc, text) == 3 && inet_pton(AF_INET, text, addr) == 1;
     fclose(f);
     return ok;
 }
@@ -461,7 +465,7 @@ static void on_connection(loom_conn_request_h request, void* arg) {
     g_accepted[i] = c;
 }
 
-static int connect_to(int j, unsigned port, int inc) {
+static int connect_to(int j, unsigned port, int inc, struct in_addr where) {
     struct sockaddr_in addr;
     loom_ep_params_t params;
     loom_status_t s;
@@ -469,7 +473,7 @@ static int connect_to(int j, unsigned port, int inc) {
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
     addr.sin_port = htons((unsigned short)port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr = where;
     memset(&params, 0, sizeof(params));
     params.field_mask = LOOM_EP_PARAM_FIELD_SOCK_ADDR;
     params.sockaddr.addr = (const struct sockaddr*)&addr;
@@ -874,16 +878,17 @@ static void peer_progress(int j) {
     if (p->state == kDown) {
         unsigned port;
         int inc;
+        struct in_addr where;
         if (p->next != NULL) { /* an accepted endpoint of the new incarnation waited */
             peer_up(j, p->next);
             p->next = NULL;
             return;
         }
         /* the lower id connects, to each incarnation once */
-        if (j > g_id && read_port(j, &port, &inc) && inc > p->last_port_inc && !killed(j, inc)) {
+        if (j > g_id && read_port(j, &port, &inc, &where) && inc > p->last_port_inc && !killed(j, inc)) {
             p->last_port_inc = inc;
             ++g_st.reconnects;
-            connect_to(j, port, inc);
+            connect_to(j, port, inc, where);
         }
         return;
     }
@@ -1007,7 +1012,7 @@ static int setup(void) {
     struct sockaddr_in addr;
     struct sockaddr_storage bound;
     loom_am_handler_param_t ap;
-    char text[64], name[32];
+    char text[96], name[32], where[INET_ADDRSTRLEN];
     static const struct {
         unsigned id;
         void* arg;
@@ -1060,7 +1065,7 @@ static int setup(void) {
     }
     memset(&addr, 0, sizeof(addr));
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr = g_addr;
     memset(&lp, 0, sizeof(lp));
     lp.field_mask = LOOM_LISTENER_PARAM_FIELD_SOCK_ADDR | LOOM_LISTENER_PARAM_FIELD_CONN_HANDLER;
     lp.sockaddr.addr = (const struct sockaddr*)&addr;
@@ -1070,7 +1075,8 @@ static int setup(void) {
         loom_listener_query(g_listener, &bound) != LOOM_OK) {
         return 1;
     }
-    snprintf(text, sizeof(text), "%u %d\n", ntohs(((struct sockaddr_in*)&bound)->sin_port), g_inc);
+    inet_ntop(AF_INET, &g_addr, where, sizeof(where));
+    snprintf(text, sizeof(text), "%u %d %s\n", ntohs(((struct sockaddr_in*)&bound)->sin_port), g_inc, where);
     snprintf(name, sizeof(name), "port.%d", g_id);
     write_file(name, text);
     return 0;
@@ -1159,7 +1165,8 @@ int main(int argc, char** argv) {
     char path[512];
     struct stat sb;
 
-    while ((opt = getopt(argc, argv, "i:n:g:d:s:t:k:T:")) != -1) {
+    g_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while ((opt = getopt(argc, argv, "i:n:g:d:s:t:k:T:a:")) != -1) {
         switch (opt) {
             case 'i': g_id = atoi(optarg); break;
             case 'n': g_n = atoi(optarg); break;
@@ -1169,6 +1176,12 @@ int main(int argc, char** argv) {
             case 't': g_bound = atof(optarg); break;
             case 'k': g_kinds = optarg; break;
             case 'T': g_tag_max = strtoul(optarg, NULL, 0); break;
+            case 'a':
+                if (inet_pton(AF_INET, optarg, &g_addr) != 1) {
+                    fprintf(stderr, "soak_peer: -a %s is not an IPv4 address\n", optarg);
+                    return 2;
+                }
+                break;
             default: return 2;
         }
     }
@@ -1176,7 +1189,7 @@ int main(int argc, char** argv) {
     if (g_dir == NULL || g_n < 2 || g_n > kMaxPeers || g_id < 0 || g_id >= g_n || g_inc < 0 || g_inc >= kMaxInc) {
         fprintf(stderr,
                 "usage: %s -i ID -n NPROCS(2..%d) -g INCARNATION(0..%d) -d DIR [-s SEED] [-t BOUND] "
-                "[-k tasr] [-T MAX]\n",
+                "[-k tasr] [-T MAX] [-a ADDR]\n",
                 argv[0], kMaxPeers, kMaxInc - 1);
         return 2;
     }

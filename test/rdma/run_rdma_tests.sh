@@ -215,6 +215,14 @@ suite_script='
         tap_to_gtest "NetFaults." "  netem| " net_faults.out
         rm -f net_faults.out
     fi
+    # The soak (random mixed traffic, peers killed and restarted) between two simulated
+    # hosts under netem, for the same reason here; 60 s, as on one host in make check.
+    if [ -n "${15}" ]; then
+        echo "== the soak between two hosts under netem (test/faults/run_soak_netem.sh)"
+        SOAK_SECONDS=60 bash "${15}" "${16}" > soak_netem.out 2>&1 || rc=1
+        tap_to_gtest "SoakNetem." "  soak| " soak_netem.out
+        rm -f soak_netem.out
+    fi
     exit $rc'
 
 label_of() {
@@ -252,13 +260,18 @@ prepare() {
     mkdir -p "$mpi_src/test/mpi" "$mpi_src/test/tools"
     cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
     cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
-    mkdir -p "$mpi_src/test/faults" "$mpi_src/test/mpi/netns"
-    cp -p "$top/test/faults/run_net_faults.sh" "$mpi_src/test/faults/"
+    mkdir -p "$mpi_src/test/faults" "$mpi_src/test/mpi/netns" "$mpi_src/contrib/bench"
+    cp -p "$top/test/faults/run_net_faults.sh" "$top/test/faults/run_soak_netem.sh" "$mpi_src/test/faults/"
+    cp -p "$top/contrib/bench/soak.py" "$mpi_src/contrib/bench/"
     cp -p "$top"/test/mpi/netns/*.sh "$mpi_src/test/mpi/netns/"
-    local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier="" net_faults="" fault_peer=""
+    local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier="" net_faults="" fault_peer="" soak_netem="" soak_peer=""
     if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -x "$build/test/faults/fault_peer" ]; then
         net_faults=$mpi_src/test/faults/run_net_faults.sh
         fault_peer=$build/test/faults/fault_peer
+    fi
+    if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -x "$build/test/faults/soak_peer" ]; then
+        soak_netem=$mpi_src/test/faults/run_soak_netem.sh
+        soak_peer=$build/test/faults/soak_peer
     fi
     if ! grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && [ -e "$build/bindings/ucx/.libs/libucp.so.0" ]; then
         mpi_compat=$build/bindings/ucx/.libs
@@ -271,7 +284,7 @@ prepare() {
     local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
                      bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
                      "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi"
-                     "$shmem_prog" "$oshm_barrier" "$net_faults" "$fault_peer")
+                     "$shmem_prog" "$oshm_barrier" "$net_faults" "$fault_peer" "$soak_netem" "$soak_peer")
     # The suite runs in the build tree (it leaves its scratch files there); each build has
     # its own time limit, so that one build's hang cannot eat the other's time.
     {
