@@ -271,6 +271,10 @@ TEST_P(UcpRmaTest, DeadlineOfRmaInFlightLetsItComplete) {
     ASSERT_NE(nullptr, k);
     loom_request_param_t past{};
     past.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE | LOOM_OP_ATTR_FLAG_DEADLINE_ABSOLUTE;
+    // Connected first: an operation still queued for a lane that is connecting (rc) is
+    // withdrawn at its deadline, unsent (docs/reliability.md).
+    ASSERT_EQ(LOOM_OK, put(m.address, 8, m.address, k));
+    ASSERT_EQ(LOOM_OK, flush());
     for (std::size_t size : {std::size_t{8}, std::size_t{70000}, std::size_t{4} << 20}) {
         auto data = pattern(size, 11);
         ASSERT_EQ(LOOM_OK, put(data.data(), size, m.address, k, &past)) << size;
@@ -691,6 +695,11 @@ TEST_P(UcpRmaTest, OutOfRangeAndRightsAreRefused) {
  * refused there and the flush reports it), self the target's key table in the call.
  */
 TEST_P(UcpRmaTest, TransportChecksAForgedRegion) {
+    if (std::string(GetParam().tls).rfind("rc", 0) == 0) {
+        GTEST_SKIP() << "rc: the NIC checks the memory registration, which covers whole pages (the registration "
+                        "cache registers pages), so a forged region that stays inside them is not caught (nor "
+                        "with UCX); an access outside every registration fails the endpoint (Rc/IbPairTest)";
+    }
     Mapped m = map(4096, false);
     auto blob = pack(m.memh);
     std::uint64_t length = 1 << 20;
@@ -864,6 +873,12 @@ TEST_P(UcpRmaTest, WorkerDestroyCancelsOutstanding) {
 INSTANTIATE_TEST_SUITE_P(Tls, UcpRmaTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}),
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
+
+/** rc, where test/rdma/run_rdma_tests.sh runs the protocol layer on RDMA devices (LOOMTEST_UCP_VERBS=1). */
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpRmaTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
                          [](const testing::TestParamInfo<TlSet>& info) {
                              return std::string(info.param.name);
                          });

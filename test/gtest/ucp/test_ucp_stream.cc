@@ -175,6 +175,10 @@ TEST_P(UcpStreamTest, WaitAllWaitsForEveryByte) {
 TEST_P(UcpStreamTest, DeadlineEndsAReceiveWithTheBytesItHolds) {
     auto data = pattern(30000, 4);
     std::vector<char> out(data.size());
+    // Connected first (rc connects on first use): the 10,000 bytes below must arrive
+    // within the receive's deadline.
+    EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 8, nullptr)));
+    ASSERT_TRUE(recv_all(rep_, 8) == std::vector<char>(data.begin(), data.begin() + 8));
     std::size_t length = SIZE_MAX;
     loom_request_param_t p{};
     p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS | LOOM_OP_ATTR_FIELD_DEADLINE;
@@ -588,6 +592,12 @@ INSTANTIATE_TEST_SUITE_P(Tls, UcpStreamTest,
                          testing::Values(TlSet{"self", "self", true}, TlSet{"shm", "shm", false},
                                          TlSet{"tcp", "tcp", false}),
                          [](const testing::TestParamInfo<TlSet>& info) { return std::string(info.param.name); });
+
+/** rc, where test/rdma/run_rdma_tests.sh runs the protocol layer on RDMA devices (LOOMTEST_UCP_VERBS=1). */
+INSTANTIATE_TEST_SUITE_P(Verbs, UcpStreamTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
+                         [](const testing::TestParamInfo<TlSet>& info) {
+                             return std::string(info.param.name);
+                         });
 
 // --- two processes ---------------------------------------------------------------------------
 
