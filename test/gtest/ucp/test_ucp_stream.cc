@@ -183,7 +183,7 @@ TEST_P(UcpStreamTest, DeadlineEndsAReceiveWithTheBytesItHolds) {
     loom_request_param_t p{};
     p.op_attr_mask = LOOM_OP_ATTR_FIELD_FLAGS | LOOM_OP_ATTR_FIELD_DEADLINE;
     p.flags = LOOM_STREAM_RECV_FLAG_WAITALL;
-    p.deadline_ns = 40 * 1000000ull;
+    p.deadline_ns = 200 * 1000000ull;  // long enough for 10,000 bytes over rc under emulation
     loom_status_ptr_t r = loom_stream_recv_nbx(rep_, out.data(), out.size(), &length, &p);
     ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
     EXPECT_EQ(LOOM_OK, wait(loom_stream_send_nbx(ep_, data.data(), 10000, nullptr)));
