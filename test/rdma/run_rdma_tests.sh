@@ -87,6 +87,23 @@ suite_script='
             ;;
         esac
     done
+    # Multi-rail: rc over two devices of one kind on each side (rxe0 and rxe1, siw0 and
+    # siw1), large messages split over both (test_rndv_rails.cc).
+    for kind in rxe siw; do
+        rails=$(ls /sys/class/infiniband 2>/dev/null | grep -E "^$kind[0-9]+\$" | sort | head -2 | sed "s/\$/:1/" | paste -sd, -)
+        case $rails in
+        *,*)
+            echo "== protocol layer, multi-rail (gtest-ucp Verbs/UcpRailsTest.*) over rc on $rails"
+            LOOMTEST_UCP_VERBS=1 LOOMTEST_RAILS=1 LOOM_NET_DEVICES=$rails "$4" --gtest_filter="Verbs/UcpRailsTest.*" || rc=1
+            if [ "$kind" = rxe ]; then
+                echo "== protocol layer, multi-rail over rc on $rails, endpoint to endpoint (LOOM_IB_CM=verbs)"
+                LOOMTEST_UCP_VERBS=1 LOOMTEST_RAILS=1 LOOM_IB_CM=verbs LOOM_NET_DEVICES=$rails,lo "$4" \
+                    --gtest_filter="Verbs/UcpRailsTest.*" || rc=1
+            fi
+            ;;
+        *) echo "== multi-rail over $kind: fewer than two $kind devices here, not run" ;;
+        esac
+    done
     # loom_perftest between two processes over rc, as a user runs it (a server, then a
     # client naming it): a case passes when the client prints its Final: line and both exit 0.
     final="^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+"
@@ -261,7 +278,8 @@ prepare() {
     cp -p "$top/test/tools/tap.sh" "$mpi_src/test/tools/"
     cp -p "$top/test/mpi/run_mpi_suite.sh" "$top/test/mpi/mpitest.h" "$top"/test/mpi/test_*.c "$mpi_src/test/mpi/"
     mkdir -p "$mpi_src/test/faults" "$mpi_src/test/mpi/netns" "$mpi_src/contrib/bench"
-    cp -p "$top/test/faults/run_net_faults.sh" "$top/test/faults/run_soak_netem.sh" "$mpi_src/test/faults/"
+    cp -p "$top/test/faults/run_net_faults.sh" "$top/test/faults/xh_cases.sh" "$top/test/faults/run_soak_netem.sh" \
+        "$mpi_src/test/faults/"
     cp -p "$top/contrib/bench/soak.py" "$mpi_src/contrib/bench/"
     cp -p "$top"/test/mpi/netns/*.sh "$mpi_src/test/mpi/netns/"
     local mpi_compat="" osu_bin="" shmem_prog="" oshm_barrier="" net_faults="" fault_peer="" soak_netem="" soak_peer=""

@@ -1,4 +1,5 @@
 #include "ucp/core/context.h"
+#include "ucp/core/request.h"
 
 #include "ucs/config/registry.h"
 #include "ucs/config/table.h"
@@ -112,6 +113,14 @@ const RegisteredTable<ContextConfig> g_table{
               "Keep-alive intervals without an answer after which an endpoint fails (see "
               "LOOM_KEEPALIVE_INTERVAL).",
               &ContextConfig::keepalive_count, IntParser<unsigned>().range(1, 1000)),
+        field("MAX_RNDV_RAILS", "2",
+              "Most devices a rendezvous message is split over (multi-rail): the receiver GETs "
+              "each part over its own device, in proportion to the devices' bandwidth. Rails are "
+              "devices of the rendezvous lane's transport that reach distinct devices of the peer, "
+              "each with at least a quarter of the best one's bandwidth; a message goes over one "
+              "device until each part would be 64 KiB or more. 1: one device. See "
+              "docs/protocols.md (\"Multi-rail\").",
+              &ContextConfig::max_rndv_rails, IntParser<unsigned>().range(1, kMaxRndvRails)),
     }};
 
 bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::net; }

@@ -86,6 +86,13 @@ public:
     Status failure;
     std::uint8_t rma_flags;       ///< RmaEpFlags (src/ucp/rma); these two fill padding
     std::uint8_t wireup_lane;     ///< the lane wire-up messages use, kNoLane without ep-to-ep lanes
+    /**
+     * The rendezvous rails (ep_select_lanes; rndv_rails.cc splits): rndv_rails[0] is rndv_lane, the others
+     * are lanes of the same transport on other devices that reach other devices of the peer; a large
+     * message's GETs are split over them by bandwidth. 1 without extra rails.
+     */
+    std::uint8_t num_rndv_rails;
+    std::uint8_t rndv_rails[kMaxRndvRails];
     EpErrorCallback on_error;
     void* on_error_arg;
     void* user_data;

@@ -103,6 +103,9 @@ struct RequestFlags {
     RequestFlags& operator&=(unsigned v) noexcept { return *this = static_cast<std::uint16_t>(*this) & v; }
 };
 
+/** Most lanes a rendezvous is striped over (LOOM_MAX_RNDV_RAILS is at most this). */
+inline constexpr unsigned kMaxRndvRails = 3;
+
 struct Request {
     RequestFlags flags;
     Status status;
@@ -151,6 +154,8 @@ struct Request {
             Status rndv_status;          ///< first error of the PUTs, or of the ATS
             std::uint8_t rndv_wait;      ///< RndvSendWait bits (rndv/rndv.h) still outstanding
             std::uint8_t rndv_records;   ///< PUT completion records with transfers in flight
+            /** Multi-rail GET: registrations of the buffer on the other rails' domains (rndv_rails.cc). */
+            uct::MemH rndv_rail_memh[kMaxRndvRails - 1];
         } send;
         struct {
             RecvMatchSlot entry;      ///< the tag family's TagRecvEntry

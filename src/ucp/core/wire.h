@@ -95,9 +95,25 @@ struct RtsHdr {
     std::uint64_t msg_id;      ///< names the AM-pipeline fragments, as for eager messages
     std::uint64_t address;     ///< sender's buffer (GET scheme), 0 when only the AM pipeline is offered
     std::uint8_t iface_index;  ///< receiver's iface (in its own address order) to GET over
-    std::uint8_t flags;
+    std::uint8_t flags;        ///< RtsFlags
     std::uint16_t rkey_length; ///< packed key bytes following the header
     std::uint32_t reserved;
+};
+
+enum RtsFlags : std::uint8_t {
+    /**
+     * Multi-rail: the bytes after the header are RtsRail entries, each followed by its
+     * packed key: the first for iface_index, the others for more ifaces of the receiver
+     * the buffer may be read over (src/ucp/rndv/rndv_rails.cc). Without it: one key.
+     */
+    kRtsFlagRails = 1u << 0,
+};
+
+/** One rail of a multi-rail RTS (kRtsFlagRails); rkey_length key bytes follow. */
+struct RtsRail {
+    std::uint8_t iface_index;  ///< receiver's iface to GET over
+    std::uint8_t reserved;
+    std::uint16_t rkey_length;
 };
 
 /**

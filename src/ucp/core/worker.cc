@@ -840,6 +840,10 @@ void explain_lanes(const Worker& worker, const UnpackedAddress& address, const E
             if (ep.lanes[l].iface != i) continue;
             if (l == ep.am_lane) roles += roles.empty() ? "AM lane" : ", AM lane";
             if (l == ep.rndv_lane) roles += roles.empty() ? "rendezvous and RMA lane" : ", rendezvous and RMA lane";
+            for (std::uint8_t r = 1; r < ep.num_rndv_rails; ++r) {
+                if (l == ep.rndv_rails[r])
+                    roles += fmt::format("{}rendezvous rail {}", roles.empty() ? "" : ", ", r + 1);
+            }
             if (l == ep.wireup_lane) roles += roles.empty() ? "wire-up lane" : ", wire-up lane";
         }
         std::string text;
@@ -860,6 +864,8 @@ void explain_lanes(const Worker& worker, const UnpackedAddress& address, const E
     for (const std::string& l : worker.context.left_out()) out += "  " + l + "\n";
 }
 
+/** A rendezvous rail needs at least 1/this of the first rail's bandwidth (LOOM_MAX_RNDV_RAILS). */
+constexpr double kRailMaxBandwidthRatio = 4.0;
 
 }  // namespace
 
@@ -992,7 +998,49 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
             ep.rndv_lane = 1;
         }
     }
-    if (am_best.to_ep || (ep.rndv_lane != kNoLane && rndv_best->to_ep)) {
+    // Multi-rail: more lanes of the rendezvous lane's transport, each from another local
+    // device to another device of the peer, best bandwidth first (the same ranking on both
+    // sides). A rail much slower than the first would hold up the message (its share is
+    // small, but its fixed costs are not), and another transport's overheads differ: both
+    // are left out. The receiver splits its GETs over the rails (rndv_rails.cc).
+    ep.num_rndv_rails = 0;
+    bool rail_to_ep = false;
+    if (ep.rndv_lane != kNoLane) {
+        ep.rndv_rails[ep.num_rndv_rails++] = ep.rndv_lane;
+        std::vector<const Candidate*> rails{rndv_best};
+        std::vector<const Candidate*> more;
+        for (const Candidate& c : candidates) {
+            if (c.get_zcopy && name_of(c) == name_of(*rndv_best) &&
+                c.bandwidth * kRailMaxBandwidthRatio >= rndv_best->bandwidth) {
+                more.push_back(&c);
+            }
+        }
+        std::stable_sort(more.begin(), more.end(), [](const Candidate* a, const Candidate* b) {
+            return a->bandwidth != b->bandwidth ? a->bandwidth > b->bandwidth : a->cost < b->cost;
+        });
+        for (const Candidate* c : more) {
+            if (ep.num_rndv_rails >= worker.context.config().max_rndv_rails) break;
+            // Room for its lane, and for a wire-up lane when one will be needed.
+            const bool wireup_needed = am_best.to_ep || rndv_best->to_ep || rail_to_ep || c->to_ep;
+            if (ep.num_lanes + 1u + (wireup_needed ? 1u : 0u) > kMaxLanes) continue;
+            const bool taken = std::any_of(rails.begin(), rails.end(), [&](const Candidate* r) {
+                return r->local == c->local || r->remote == c->remote;
+            });
+            if (taken) continue;
+            std::uint8_t lane = kNoLane;
+            if (c->local == am_best.local && c->remote == am_best.remote) {
+                lane = 0;
+            } else if (open_lane(*c) == Status::ok) {
+                lane = static_cast<std::uint8_t>(ep.num_lanes - 1);
+            } else {
+                continue;
+            }
+            rails.push_back(c);
+            rail_to_ep |= c->to_ep;
+            ep.rndv_rails[ep.num_rndv_rails++] = lane;
+        }
+    }
+    if (am_best.to_ep || (ep.rndv_lane != kNoLane && rndv_best->to_ep) || rail_to_ep) {
         // A lane of its own, even when the rendezvous lane is the same pair: its queue
         // then holds only wire-up messages, never behind a long rendezvous.
         if (Status s = open_lane(*wireup); s != Status::ok) return s;
@@ -1010,8 +1058,13 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
                                            am_best.cost * 1e6, c->cost * 1e6);
             if (rndv_best == nullptr) return text;
             if (!c->get_zcopy) return text + "; no zero-copy GET on both sides for rendezvous";
-            return text + fmt::format("; rendezvous gets {:.2f} GB/s there, {:.2f} GB/s here", rndv_best->bandwidth / 1e9,
-                                      c->bandwidth / 1e9);
+            text += fmt::format("; rendezvous gets {:.2f} GB/s there, {:.2f} GB/s here",
+                                rndv_best->bandwidth / 1e9, c->bandwidth / 1e9);
+            if (name_of(*c) == name_of(*rndv_best) &&
+                c->bandwidth * kRailMaxBandwidthRatio < rndv_best->bandwidth) {
+                text += " (a rendezvous rail needs a quarter of the first one's)";
+            }
+            return text;
         }, *explain);
     }
     const WorkerIface& am = worker.ifaces[am_best.local];
@@ -1031,12 +1084,16 @@ std::uint32_t fast_path_limit(const Ep& ep, ProtoOp op) {
 const ProtoTable* Worker::proto_table(const Ep& ep) {
     const std::uint8_t am_iface = ep.lanes[ep.am_lane].iface;
     const std::uint8_t rndv_iface = ep.rndv_lane != kNoLane ? ep.lanes[ep.rndv_lane].iface : 0xff;
+    std::array<std::uint8_t, kMaxRndvRails> rail_ifaces;
+    rail_ifaces.fill(0xff);
+    for (unsigned r = 1; r < ep.num_rndv_rails; ++r) rail_ifaces[r] = ep.lanes[ep.rndv_rails[r]].iface;
     for (const ProtoTableEntry& e : proto_tables) {
         // The lanes' order follows from their ifaces (ep_select_lanes): same ifaces, same lane numbers.
-        if (e.am_iface == am_iface && e.rndv_iface == rndv_iface) return e.table.get();
+        if (e.am_iface == am_iface && e.rndv_iface == rndv_iface && e.rail_ifaces == rail_ifaces)
+            return e.table.get();
     }
     try {
-        proto_tables.push_back({am_iface, rndv_iface, ProtoTable::build(*this, ep)});
+        proto_tables.push_back({am_iface, rndv_iface, rail_ifaces, ProtoTable::build(*this, ep)});
     } catch (const std::bad_alloc&) {
         return nullptr;
     }

@@ -279,6 +279,8 @@ public:
      * sending worker, whatever the family.
      */
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
+    /** Parts of rendezvous messages GET over a rail other than the first (rndv_rails.cc; tests read it). */
+    std::uint64_t rndv_rail_parts = 0;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
     /** A request with a deadline (LOOM_OP_ATTR_FIELD_DEADLINE) and when it expires. */
@@ -315,6 +317,7 @@ public:
     struct ProtoTableEntry {
         std::uint8_t am_iface;
         std::uint8_t rndv_iface;  ///< 0xff: no rendezvous lane
+        std::array<std::uint8_t, kMaxRndvRails> rail_ifaces;  ///< of rails 2.. (0xff: none)
         std::unique_ptr<ProtoTable> table;
     };
     std::vector<ProtoTableEntry> proto_tables;

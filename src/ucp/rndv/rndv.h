@@ -94,6 +94,54 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
 /** The FIN (or the failure of the sender's endpoint, @p status) arrived for receive @p req (kRecvWaitFin set). */
 void rndv_recv_fin(Worker& w, Request* req, Status status);
 
+/**
+ * Starts the GETs of receive (or rail part) @p req, set up for them, on its lane of @p ep
+ * (the endpoint replies to the sender use) through that lane's send queue.
+ */
+void rndv_get_start(Request* req, Ep* ep);
+
+// --- multi-rail (rndv_rails.cc) -----------------------------------------------------------
+
+/** The smallest part of a message a rail carries: messages below twice this go over one rail. */
+inline constexpr std::size_t kRndvRailMinPart = 64 * 1024;
+
+/** One rail of an RTS: the receiver's iface to GET over and the sender's packed key for it. */
+struct RndvRailKey {
+    std::uint8_t iface_index;
+    const std::uint8_t* rkey;
+    std::size_t rkey_len;
+};
+
+/**
+ * Sender: where @p req's endpoint has more rendezvous rails and the message is large
+ * enough to split, rewrites the RTS's key (@p key_len bytes in @p buf, kMaxRtsRkey long)
+ * as one entry per rail (kRtsFlagRails), registering the buffer on each further memory
+ * domain. Returns the keys' new length (@p key_len when nothing was added).
+ */
+std::size_t rndv_rails_offer(Request* req, RtsHdr& rts, std::uint8_t* buf, std::size_t key_len);
+
+/** Sender: releases the registrations rndv_rails_offer made (part of rndv_send_release). */
+void rndv_rails_release(Request* req);
+
+/**
+ * Receiver: the rails of RTS @p rts from its key bytes into @p rails (kMaxRndvRails long):
+ * their count, rails[0] being the one of rts.iface_index; 0 when the entries are malformed.
+ */
+unsigned rndv_rails_parse(const RtsHdr& rts, const std::uint8_t* keys, std::size_t length,
+                          RndvRailKey* rails);
+
+/**
+ * Receiver: splits the GET of receive @p req (set up for the whole message on rail 0) over
+ * rails[1..count) by the local rails' bandwidth, starting each other part's GETs as a
+ * request of its own that completes its share of req->recv.comp; leaves rail 0's end in
+ * req->recv.received for the caller, who starts rail 0.
+ */
+void rndv_rails_get_start(Worker& w, Request* req, Ep* ep, const RtsHdr& rts, const RndvRailKey* rails,
+                          unsigned count);
+
+/** The printout's note on the rails of init.ep (" (2 rails from ... B: tcp/lo 50%, ...)"), or "". */
+std::string rndv_rails_describe(const ProtoInit& init);
+
 /** Split scheme: the sender PUTs message bytes from this offset on (half, on a 4 KiB boundary; 0 below 8 KiB). */
 std::size_t rndv_split_point(std::size_t length);
 

@@ -180,16 +180,15 @@ void rndv_get_abort(Request* req, Status status) {
     uct::completion_update(&req->recv.comp, status);  // the issuing reference, with the error
 }
 
-/**
- * Starts the GETs of @p req on its lane of @p ep (the endpoint replies to the sender
- * use) through that lane's send queue: the rest waits there while the lane lacks resources.
- */
+}  // namespace
+
 void rndv_get_start(Request* req, Ep* ep) {
     req->ep = ep;
     req->progress = rndv_get_issue;
-    (void)send_request_start(req, req->lane, rndv_get_abort);
+    (void)send_request_start(req, req->lane, rndv_get_abort);  // waits there while the lane lacks resources
 }
 
+namespace {
 
 /** Says which scheme a rendezvous receive runs (debug level; test_proto_table compares it with the table). */
 void log_scheme(const RtsHdr& rts, const Proto& scheme) {
@@ -263,10 +262,22 @@ bool rndv_put_recv_start(Worker& w, Request* req, Ep* ep, std::uint8_t lane, con
     return true;
 }
 
-
 }  // namespace
 
-void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint8_t* rkey, std::size_t rkey_len) {
+void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts_in, const std::uint8_t* rkey,
+                     std::size_t rkey_len) {
+    RtsHdr rts = rts_in;
+    RndvRailKey rails[kMaxRndvRails];
+    const unsigned num_rails = rndv_rails_parse(rts, rkey, rkey_len, rails);
+    if (num_rails == 0) {
+        // Forged or damaged: the buffer is not offered, and the AM pipeline moves the data.
+        LOOM_LOG_WARN("ucp: rendezvous from {:016x} with malformed rail keys ({} B); using the AM pipeline",
+                      rts.sender_uuid, rkey_len);
+        rts.address = 0;
+    } else {
+        rkey = rails[0].rkey;
+        rkey_len = rails[0].rkey_len;
+    }
     req->recv.info.sender_tag = rts.tag;
     req->recv.info.length = rts.length;
     req->recv.sender_uuid = rts.sender_uuid;
@@ -330,6 +341,8 @@ void rndv_recv_start(Worker& w, Request* req, const RtsHdr& rts, const std::uint
             req->recv.comp.count = 1;
             req->recv.comp.status = Status::ok;
             log_scheme(rts, kRndvGetZcopy);
+            if (num_rails > 1 && scheme == &kRndvGetZcopy)
+                rndv_rails_get_start(w, req, ep, rts, rails, num_rails);
             rndv_get_start(req, ep);
             return;
         }
@@ -472,8 +485,15 @@ const char* scheme_words(const Proto* proto) {
 }  // namespace
 
 // Receive-side protocols: no send progress (rndv_recv_start runs the one the table selects).
-const Proto kRndvGetZcopy{"rndv get_zcopy", "the receiver GETs the sender's buffer, then ATS",
-                          proto_op_bit(ProtoOp::rndv_recv), false, false, 0, get_zcopy_init, nullptr, nullptr};
+const Proto kRndvGetZcopy{"rndv get_zcopy",
+                          "the receiver GETs the sender's buffer, then ATS",
+                          proto_op_bit(ProtoOp::rndv_recv),
+                          false,
+                          false,
+                          0,
+                          get_zcopy_init,
+                          nullptr,
+                          [](const ProtoInit& init, const ProtoCaps&) { return rndv_rails_describe(init); }};
 const Proto kRndvGetPut{"rndv get_put",
                         "PUT_RTR with the receiver's key for the tail (from half, on 4 KiB); the receiver GETs the "
                         "head, then ATS; the sender PUTs the tail, then FIN",

@@ -333,6 +333,7 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) 
     // The receiver may answer with an RTR for PUTs (kAmRndvPutRtr) from now on.
     req->send.rndv_wait = kSendWaitRtr;
     req->send.rndv_rkey = {};
+    std::fill(std::begin(req->send.rndv_rail_memh), std::end(req->send.rndv_rail_memh), uct::kMemHNull);
     // Offered where the receiver's scheme for this size takes it (the same table: both
     // sides are the same Loom, configured alike), i.e. anything but the AM pipeline.
     const ProtoRange* scheme = ep->protos->select(ProtoOp::rndv_recv, true, rts.length);
@@ -357,6 +358,7 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) 
             (rkey_len == 0 || rsc.md->mkey_pack(req->memh, rkey_buf) == Status::ok)) {
             rts.address = reinterpret_cast<std::uintptr_t>(req->send.dt.buffer);
             rts.iface_index = lane.remote_iface;
+            if (scheme->proto == &kRndvGetZcopy) rkey_len = rndv_rails_offer(req, rts, rkey_buf, rkey_len);
         } else {
             rkey_len = 0;
         }
@@ -366,6 +368,7 @@ std::size_t rndv_rts_prepare(Request* req, RtsHdr& rts, std::uint8_t* rkey_buf) 
 }
 
 void rndv_send_release(Request* req) {
+    rndv_rails_release(req);
     request_release_memh(req);
     if (!(req->send.rndv_wait & kSendKeyHeld)) return;
     req->send.rndv_wait = 0;

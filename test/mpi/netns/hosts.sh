@@ -7,8 +7,10 @@
 #                           owns and removes); sets XH_HOST_A/B (host names), XH_IP_A/B,
 #                           XH_CIDR (the veth subnet), XH_IF_A/B (veth ends), XH_AGENT (the
 #                           rsh agent: "XH_AGENT HOST COMMAND..." runs COMMAND on HOST)
+#   xh_add_link             joins the hosts by a second veth pair (another /24): a second
+#                           rail; sets XH_IP_A2/B2, XH_CIDR2, XH_IF_A2/B2 (call after xh_up)
 #   xh_in A|B|NAME CMD...   runs CMD inside a host (same environment and directory)
-#   xh_veth_bytes A|B       prints "RX_BYTES TX_BYTES" of that host's veth end
+#   xh_veth_bytes A|B [IF]  prints "RX_BYTES TX_BYTES" of that host's veth end (or of IF)
 #   xh_kill_all             ends every process running in the hosts but the hosts' own
 #                           (TERM, then KILL after 5 s): what a job left behind
 #   xh_down                 removes both hosts and everything running in them; idempotent,
@@ -162,6 +164,34 @@ xh_up() {
     export XH_HOST_A XH_HOST_B XH_IP_A XH_IP_B XH_CIDR XH_IF_A XH_IF_B XH_AGENT
 }
 
+xh_add_link() {
+    local net
+    # Another /24 than the first link's: the second rail is a network of its own.
+    while :; do
+        net=10.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1))
+        [[ $net.0/24 != "$XH_CIDR" ]] && break
+    done
+    XH_IP_A2=$net.1
+    XH_IP_B2=$net.2
+    XH_CIDR2=$net.0/24
+    XH_IF_A2=xhA2
+    XH_IF_B2=xhB2
+    ip link add "$XH_IF_A2" netns "${XH_PIDS[0]}" type veth peer name "$XH_IF_B2" netns "${XH_PIDS[1]}" || return 1
+    nsenter -t "${XH_PIDS[0]}" -n ip addr add "$XH_IP_A2/24" dev "$XH_IF_A2" || return 1
+    nsenter -t "${XH_PIDS[1]}" -n ip addr add "$XH_IP_B2/24" dev "$XH_IF_B2" || return 1
+    nsenter -t "${XH_PIDS[0]}" -n ip link set "$XH_IF_A2" up || return 1
+    nsenter -t "${XH_PIDS[1]}" -n ip link set "$XH_IF_B2" up || return 1
+    local deadline=$((SECONDS + 10)) a b
+    while :; do
+        a=$(nsenter -t "${XH_PIDS[0]}" -n -m cat "/sys/class/net/$XH_IF_A2/operstate" 2>/dev/null)
+        b=$(nsenter -t "${XH_PIDS[1]}" -n -m cat "/sys/class/net/$XH_IF_B2/operstate" 2>/dev/null)
+        [[ $a == up && $b == up ]] && break
+        ((SECONDS < deadline)) || { echo "xh: second veth not up (A $a, B $b)" >&2; return 1; }
+        sleep 0.02
+    done
+    export XH_IP_A2 XH_IP_B2 XH_CIDR2 XH_IF_A2 XH_IF_B2
+}
+
 xh_in() {
     local i flags
     i=$(xh__index "$1") || return 1
@@ -176,6 +206,7 @@ xh_veth_bytes() {
     local i ifname
     i=$(xh__index "$1") || return 1
     ((i == 0)) && ifname=$XH_IF_A || ifname=$XH_IF_B
+    [[ -n ${2:-} ]] && ifname=$2
     nsenter -t "${XH_PIDS[i]}" -n -m sh -c \
         "echo \$(cat /sys/class/net/$ifname/statistics/rx_bytes) \$(cat /sys/class/net/$ifname/statistics/tx_bytes)"
 }
