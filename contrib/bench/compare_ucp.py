@@ -13,7 +13,8 @@ one markdown table: the median of each side and a ratio that is below 1 when Loo
 
 Transports are chosen as the applications do: LOOM_TLS for Loom, UCX_TLS for UCX
 (shm: LOOM_TLS=shm against UCX_TLS=shm, UCX's alias for posix, sysv and cma;
-tcp: LOOM_TLS=tcp against UCX_TLS=tcp, both restricted to the lo device).
+tcp: LOOM_TLS=tcp against UCX_TLS=tcp, both restricted to the lo device; tcp-all, with
+--transports: both at their defaults, every device).
 
     contrib/bench/compare_ucp.py [--repeats 5] [--quick] [--loom build/install/bin/loom_perftest]
                                  [--only SUBSTRING] [--baseline-loom OTHER/loom_perftest]
@@ -38,6 +39,9 @@ from compare_uct import parse_perftest_row  # noqa: E402  (the shared perftest-r
 TRANSPORTS = {
     "shm": ({"LOOM_TLS": "shm"}, {"UCX_TLS": "shm"}),
     "tcp": ({"LOOM_TLS": "tcp", "LOOM_NET_DEVICES": "lo"}, {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"}),
+    # Both at their defaults, every device (UCX stripes rendezvous over them, Loom where
+    # the devices qualify as rails: docs/protocols.md, "Multi-rail"). Only with --transports.
+    "tcp-all": ({"LOOM_TLS": "tcp"}, {"UCX_TLS": "tcp"}),
 }
 
 KIB, MIB = 1024, 1024 * 1024
@@ -107,6 +111,8 @@ def main():
     p.add_argument("--loom", default="build/install/bin/loom_perftest")
     p.add_argument("--ucx", default=shutil.which("ucx_perftest") or "ucx_perftest")
     p.add_argument("--only", default="", help="run only cases whose 'transport name' contains this")
+    p.add_argument("--transports", default="shm,tcp",
+                   help="comma-separated: shm, tcp (both on lo), tcp-all (both at their defaults, every device)")
     p.add_argument("--baseline-loom", default="",
                    help="another Loom build's loom_perftest as the baseline instead of UCX (before/after)")
     a = p.parse_args()
@@ -123,7 +129,11 @@ def main():
         base_name = "UCX 1.13"
     scale = 5 if a.quick else 1
     rows = []
-    for tl, (loom_env, ucx_env) in TRANSPORTS.items():
+    chosen = a.transports.split(",")
+    if any(t not in TRANSPORTS for t in chosen):
+        sys.exit(f"compare_ucp: --transports takes {', '.join(TRANSPORTS)}")
+    for tl in chosen:
+        loom_env, ucx_env = TRANSPORTS[tl]
         for name, kind, args, iters, warmup in CASES:
             full = f"{tl} {name}"
             if a.only and a.only not in full:
@@ -156,6 +166,7 @@ def main():
 
     print(f"Command: contrib/bench/compare_ucp.py --repeats {a.repeats}{' --quick' if a.quick else ''}"
           f"{' --only ' + repr(a.only) if a.only else ''}"
+          f"{' --transports ' + a.transports if a.transports != 'shm,tcp' else ''}"
           f"{' --baseline-loom ' + a.baseline_loom if a.baseline_loom else ''}")
     print(f"Machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end; medians of "
           f"{a.repeats} runs, Loom ({a.loom}) and {base_name} alternating; ratio < 1 means Loom is better\n")
