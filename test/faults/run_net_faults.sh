@@ -83,12 +83,7 @@ if server B "case$c.serverB" && portb=$port && pidb=$server_pid && server A "cas
     pida=$server_pid; then
     start A "case$c.client" -c "$XH_IP_B" -P "$portb" -L "127.0.0.1:$porta" -m flow -f "$tmp/go$c" -n 28 -t 60
     client=$last_pid
-    if wait_for "$tmp/case$c.client.log" '^READY' 30; then
-        xh_in A ip link set "$XH_IF_A" down
-        sleep 2  # the fault itself: the link stays down this long
-        xh_in A ip link set "$XH_IF_A" up
-        touch "$tmp/go$c"
-    fi
+    flap_during "$tmp/case$c.client.log" "$tmp/go$c" "$XH_IF_A"
     finish "$client" && served "case$c.serverB" "$pidb" && served "case$c.serverA" "$pida" && ok=1
 fi
 result "tcp: link down for 2 s and up: every message of every size intact and in order, no endpoint failed, the other host's endpoint undisturbed" $ok

@@ -69,12 +69,7 @@ ok=0
 if server B "case$c.serverB"; then
     start A "case$c.client" -c "$XH_IP_B" -P "$port" -m flow -f "$tmp/go$c" -n 28 -t 60
     client=$last_pid
-    if wait_for "$tmp/case$c.client.log" '^READY' 30; then
-        xh_in A ip link set "$XH_IF_A2" down
-        sleep 2  # the fault itself: the link stays down this long
-        xh_in A ip link set "$XH_IF_A2" up
-        touch "$tmp/go$c"
-    fi
+    flap_during "$tmp/case$c.client.log" "$tmp/go$c" "$XH_IF_A2"
     finish "$client" && served "case$c.serverB" "$server_pid" && ok=1
 fi
 result "tcp over two rails, the second down for 2 s and up: every message intact and in order, no endpoint failed" $ok

@@ -24,6 +24,17 @@ wait_for() {
     done
 }
 
+# flap_during CLIENT_LOG GOFILE IF: once the client is READY, host A's end IF goes down for
+# 2 s and up again; then GOFILE (the client sends its last messages).
+flap_during() {
+    if wait_for "$1" '^READY' 30; then
+        xh_in A ip link set "$3" down
+        sleep 2  # the fault itself: the link stays down this long
+        xh_in A ip link set "$3" up
+        touch "$2"
+    fi
+}
+
 # server HOST NAME: starts a server; sets port and server_pid.
 server() {
     rm -f "$tmp/$2.port"

@@ -123,6 +123,26 @@ xh__start_host() {
     XH_NET_INODES[i]=$(stat -L -c %i "/proc/$pid/ns/net")
 }
 
+# xh__link IF_A IP_A IF_B IP_B: a veth pair between the hosts, each end with its /24
+# address, up and with carrier.
+xh__link() {
+    # The veth is created straight into the two namespaces: never in the machine's.
+    ip link add "$1" netns "${XH_PIDS[0]}" type veth peer name "$3" netns "${XH_PIDS[1]}" || return 1
+    nsenter -t "${XH_PIDS[0]}" -n ip addr add "$2/24" dev "$1" || return 1
+    nsenter -t "${XH_PIDS[1]}" -n ip addr add "$4/24" dev "$3" || return 1
+    nsenter -t "${XH_PIDS[0]}" -n ip link set "$1" up || return 1
+    nsenter -t "${XH_PIDS[1]}" -n ip link set "$3" up || return 1
+    # The link is usable once both ends report carrier.
+    local deadline=$((SECONDS + 10)) a b
+    while :; do
+        a=$(nsenter -t "${XH_PIDS[0]}" -n -m cat "/sys/class/net/$1/operstate" 2>/dev/null)
+        b=$(nsenter -t "${XH_PIDS[1]}" -n -m cat "/sys/class/net/$3/operstate" 2>/dev/null)
+        [[ $a == up && $b == up ]] && break
+        ((SECONDS < deadline)) || { echo "xh: veth $1-$3 not up (A $a, B $b)" >&2; return 1; }
+        sleep 0.02
+    done
+}
+
 xh_up() {
     XH_DIR=$(cd "$1" && pwd) || return 1
     local tag=$$ net
@@ -139,21 +159,7 @@ xh_up() {
         "$XH_IP_A" "$XH_HOST_A" "$XH_IP_B" "$XH_HOST_B" >"$XH_DIR/etc-hosts"
     xh__start_host 0 "$XH_HOST_A" || return 1
     xh__start_host 1 "$XH_HOST_B" || return 1
-    # The veth is created straight into the two namespaces: never in the machine's.
-    ip link add "$XH_IF_A" netns "${XH_PIDS[0]}" type veth peer name "$XH_IF_B" netns "${XH_PIDS[1]}" || return 1
-    nsenter -t "${XH_PIDS[0]}" -n ip addr add "$XH_IP_A/24" dev "$XH_IF_A" || return 1
-    nsenter -t "${XH_PIDS[1]}" -n ip addr add "$XH_IP_B/24" dev "$XH_IF_B" || return 1
-    nsenter -t "${XH_PIDS[0]}" -n ip link set "$XH_IF_A" up || return 1
-    nsenter -t "${XH_PIDS[1]}" -n ip link set "$XH_IF_B" up || return 1
-    # The link is usable once both ends report carrier.
-    local deadline=$((SECONDS + 10)) a b
-    while :; do
-        a=$(nsenter -t "${XH_PIDS[0]}" -n -m cat "/sys/class/net/$XH_IF_A/operstate" 2>/dev/null)
-        b=$(nsenter -t "${XH_PIDS[1]}" -n -m cat "/sys/class/net/$XH_IF_B/operstate" 2>/dev/null)
-        [[ $a == up && $b == up ]] && break
-        ((SECONDS < deadline)) || { echo "xh: veth not up (A $a, B $b)" >&2; return 1; }
-        sleep 0.02
-    done
+    xh__link "$XH_IF_A" "$XH_IP_A" "$XH_IF_B" "$XH_IP_B" || return 1
     # The agent finds a host's first process in hosts.map.
     printf '%s %s %s\n' "$XH_HOST_A" "${XH_PIDS[0]}" "$XH_IP_A" "$XH_HOST_B" "${XH_PIDS[1]}" "$XH_IP_B" \
         >"$XH_DIR/hosts.map"
@@ -176,19 +182,7 @@ xh_add_link() {
     XH_CIDR2=$net.0/24
     XH_IF_A2=xhA2
     XH_IF_B2=xhB2
-    ip link add "$XH_IF_A2" netns "${XH_PIDS[0]}" type veth peer name "$XH_IF_B2" netns "${XH_PIDS[1]}" || return 1
-    nsenter -t "${XH_PIDS[0]}" -n ip addr add "$XH_IP_A2/24" dev "$XH_IF_A2" || return 1
-    nsenter -t "${XH_PIDS[1]}" -n ip addr add "$XH_IP_B2/24" dev "$XH_IF_B2" || return 1
-    nsenter -t "${XH_PIDS[0]}" -n ip link set "$XH_IF_A2" up || return 1
-    nsenter -t "${XH_PIDS[1]}" -n ip link set "$XH_IF_B2" up || return 1
-    local deadline=$((SECONDS + 10)) a b
-    while :; do
-        a=$(nsenter -t "${XH_PIDS[0]}" -n -m cat "/sys/class/net/$XH_IF_A2/operstate" 2>/dev/null)
-        b=$(nsenter -t "${XH_PIDS[1]}" -n -m cat "/sys/class/net/$XH_IF_B2/operstate" 2>/dev/null)
-        [[ $a == up && $b == up ]] && break
-        ((SECONDS < deadline)) || { echo "xh: second veth not up (A $a, B $b)" >&2; return 1; }
-        sleep 0.02
-    done
+    xh__link "$XH_IF_A2" "$XH_IP_A2" "$XH_IF_B2" "$XH_IP_B2" || return 1
     export XH_IP_A2 XH_IP_B2 XH_CIDR2 XH_IF_A2 XH_IF_B2
 }
 
