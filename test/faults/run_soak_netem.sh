@@ -14,35 +14,12 @@
 set -u
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$top/test/mpi/netns/hosts.sh"
+. "$top/test/faults/xh_cases.sh"
 prog=$(readlink -f "${1:-./test/faults/soak_peer}")
 impair=${SOAK_NETEM:-delay 2ms 1ms reorder 10% loss 1% duplicate 1%}
 [[ -e /dev/fd ]] || ln -s /proc/self/fd /dev/fd 2>/dev/null
 
-if ! why=$(xh_preflight); then
-    echo "not ok 1 - two simulated hosts: $why"
-    echo "1..1"
-    exit 1
-fi
-if [[ ! -x $prog ]]; then
-    echo "not ok 1 - $prog is not built"
-    echo "1..1"
-    exit 1
-fi
-tmp=$(mktemp -d /tmp/loom-soak-netem.XXXXXX)
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM HUP
-    xh_down
-    [[ ${XH_KEEP:-0} == 1 ]] && echo "# kept $tmp" >&2 || rm -rf "$tmp"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'echo "# interrupted: cleaning up" >&2; exit 130' INT TERM HUP
-if ! xh_up "$tmp"; then
-    echo "not ok 1 - make the two simulated hosts (see the messages above)"
-    echo "1..1"
-    exit 1
-fi
+xh_cases_begin must
 # shellcheck disable=SC2086 # the impairment is words for tc
 if ! xh_in A tc qdisc add dev "$XH_IF_A" root netem $impair || ! xh_in B tc qdisc add dev "$XH_IF_B" root netem $impair; then
     echo "not ok 1 - netem on the link ($impair): this kernel has no sch_netem?"
