@@ -57,7 +57,9 @@ static void die(const char* what) {
 }
 
 /* The byte k of the message from global worker s to global worker d. */
-static uint8_t pattern(int s, int d, int k) { return (uint8_t)(s * 131 + d * 7 + k * 29 + 1); }
+static uint8_t pattern(int s, int d, int k) {
+    return (uint8_t)(s * 131 + d * 7 + k * 29 + 1);
+}
 
 static void progress_all(void) {
     for (int i = 0; i < g_w; ++i) loom_worker_progress(g_workers[i]);
@@ -146,13 +148,27 @@ int main(int argc, char** argv) {
     int opt, idle_bench = 0;
     while ((opt = getopt(argc, argv, "i:n:w:d:t:P")) != -1) {
         switch (opt) {
-        case 'i': g_id = atoi(optarg); break;
-        case 'n': g_nprocs = atoi(optarg); break;
-        case 'w': g_w = atoi(optarg); break;
-        case 'd': g_dir = optarg; break;
-        case 't': g_bound = atof(optarg); break;
-        case 'P': idle_bench = 1; break;
-        default: fprintf(stderr, "usage: alltoall_peer -i ID -n NPROCS -w WORKERS -d DIR [-t BOUND] [-P]\n"); return 2;
+            case 'i':
+                g_id = atoi(optarg);
+                break;
+            case 'n':
+                g_nprocs = atoi(optarg);
+                break;
+            case 'w':
+                g_w = atoi(optarg);
+                break;
+            case 'd':
+                g_dir = optarg;
+                break;
+            case 't':
+                g_bound = atof(optarg);
+                break;
+            case 'P':
+                idle_bench = 1;
+                break;
+            default:
+                fprintf(stderr, "usage: alltoall_peer -i ID -n NPROCS -w WORKERS -d DIR [-t BOUND] [-P]\n");
+                return 2;
         }
     }
     if (g_nprocs < 1 || g_w < 1 || g_dir == NULL || g_id < 0 || g_id >= g_nprocs) {
@@ -282,7 +298,8 @@ int main(int argc, char** argv) {
             const uint8_t* b = rbuf + ((size_t)i * eps_per_worker + k++) * kMsgLen;
             for (int j = 0; j < kMsgLen; ++j) {
                 if (b[j] != pattern(s, me, j)) {
-                    if (bad < 5) fprintf(stderr, "alltoall_peer %d: bad byte %d from %d to %d\n", g_id, j, s, me);
+                    if (bad < 5)
+                        fprintf(stderr, "alltoall_peer %d: bad byte %d from %d to %d\n", g_id, j, s, me);
                     ++bad;
                     break;
                 }
@@ -291,11 +308,12 @@ int main(int argc, char** argv) {
     }
     if (bad > 0) die("corrupted messages");
 
-    printf("alltoall id=%d workers=%d eps=%zu anon_before=%ld ep_anon_created=%.0f ep_anon_exchanged=%.0f "
-           "create_us_per_ep=%.2f wireup_us_per_ep=%.2f\n",
-           g_id, g_w, n_eps, anon_before, (double)(anon_created - anon_before) / (double)n_eps,
-           (double)(anon_exchanged - anon_before) / (double)n_eps, (t_created - t0) * 1e6 / (double)n_eps,
-           (t_exchanged - t0) * 1e6 / (double)n_eps);
+    printf(
+        "alltoall id=%d workers=%d eps=%zu anon_before=%ld ep_anon_created=%.0f ep_anon_exchanged=%.0f "
+        "create_us_per_ep=%.2f wireup_us_per_ep=%.2f\n",
+        g_id, g_w, n_eps, anon_before, (double)(anon_created - anon_before) / (double)n_eps,
+        (double)(anon_exchanged - anon_before) / (double)n_eps, (t_created - t0) * 1e6 / (double)n_eps,
+        (t_exchanged - t0) * 1e6 / (double)n_eps);
     fflush(stdout);
 
     if (idle_bench) {
