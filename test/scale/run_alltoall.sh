@@ -69,7 +69,7 @@ for tls in $tls_list; do
     done
     kill "$watchdog" 2>/dev/null
     wait "$watchdog" 2>/dev/null
-    secs=$(echo "$(date +%s.%N) - $start" | bc)
+    secs=$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }')
     cat "$dir"/out.* 2>/dev/null | sed "s/^/[$tls] /"
     if [ "$rcs" != 0 ] || [ "$(cat "$dir"/out.* | grep -c '^alltoall ')" != "$procs" ]; then
         [ -e "$dir/.watchdog" ] && echo "[$tls] killed after ${bound}+10 s"
