@@ -56,6 +56,12 @@ enum EpFlags : std::uint8_t {
     kEpTagHeld = 1u << 4,
     /** The peer's stream window is full: stream sends wait (stream_proto.cc). */
     kEpStreamHeld = 1u << 5,
+    /**
+     * The peer closed the connection of a rendezvous rail other than the first: no new
+     * message is split over the rails, and the endpoint fails when its AM lane ends, or
+     * after kRailCloseGrace (Worker::rail_closed).
+     */
+    kEpRailClosed = 1u << 6,
 };
 
 class Ep {

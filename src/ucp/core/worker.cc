@@ -819,9 +819,9 @@ bool send_request_withdraw(Request* req) {
 
 namespace {
 
-void uct_ep_error(void* arg, uct::Ep*, Status status) {
+void uct_ep_error(void* arg, uct::Ep* uep, Status status) {
     auto* ep = static_cast<Ep*>(arg);
-    ep->worker->ep_fail(ep, status);
+    ep->worker->lane_failed(ep, uep, status);
 }
 
 /**
@@ -1204,6 +1204,7 @@ void Worker::ep_destroy(Ep* ep, Status status) {
         decltype(flush_waiters)::remove(req);
         complete(&req, Status::canceled);
     }
+    forget_rail_closed(ep);
     // Failed from here on: anything retried during the purges below fails instead of
     // starting transfers on lanes about to be destroyed.
     ep->flags |= kEpFailed;
@@ -1220,8 +1221,56 @@ void Worker::ep_destroy(Ep* ep, Status status) {
     std::free(ep);
 }
 
+bool rail_close_waits(const Ep& ep, const uct::Ep* uep, Status status) {
+    if (status != Status::connection_reset || (ep.flags & kEpFailed) || uep == nullptr || uep == ep.am_ep)
+        return false;
+    for (unsigned r = 1; r < ep.num_rndv_rails; ++r) {
+        const std::uint8_t lane = ep.rndv_rails[r];
+        if (ep.lanes[lane].ep == uep) return lane != ep.am_lane && lane != ep.wireup_lane;
+    }
+    return false;
+}
+
+void Worker::lane_failed(Ep* ep, const uct::Ep* uep, Status status) {
+    if (!rail_close_waits(*ep, uep, status)) {
+        ep_fail(ep, status);
+        return;
+    }
+    // A rail's GETs in flight fail on their own (their receive reports it); new messages
+    // go over the first rail only.
+    if (ep->flags & kEpRailClosed) return;
+    ep->flags |= kEpRailClosed;
+    rails_closed.emplace_back(ep, ucs::get_time() + ucs::ns_to_ticks(kRailCloseGraceNs));
+    LOOM_LOG_DEBUG(
+        "ucp: endpoint to {:016x}: the peer closed a rendezvous rail; its AM lane's messages first",
+        ep->remote_uuid);
+}
+
+unsigned Worker::check_rails_closed() {
+    const ucs::Ticks now = ucs::get_time();
+    std::vector<Ep*> due;
+    std::erase_if(rails_closed, [&](const std::pair<Ep*, ucs::Ticks>& e) {
+        if (e.second > now) return false;
+        due.push_back(e.first);
+        return true;
+    });
+    for (Ep* ep : due) {
+        LOOM_LOG_DIAG(
+            "ucp: endpoint to {:016x}: the peer closed a rendezvous rail, and its AM lane stayed up {} ms",
+            ep->remote_uuid, kRailCloseGraceNs / 1000000);
+        ep_fail(ep, Status::connection_reset);
+    }
+    return static_cast<unsigned>(due.size());
+}
+
+void Worker::forget_rail_closed(Ep* ep) {
+    if (!(ep->flags & kEpRailClosed)) return;
+    std::erase_if(rails_closed, [ep](const std::pair<Ep*, ucs::Ticks>& e) { return e.first == ep; });
+}
+
 void Worker::ep_fail(Ep* ep, Status status) {
     if (ep->flags & kEpFailed) return;
+    forget_rail_closed(ep);
     ep->flags |= kEpFailed;
     ep->failure = status;
     LOOM_LOG_DIAG("ucp: endpoint to {:016x} failed: {}", ep->remote_uuid, to_string(status));

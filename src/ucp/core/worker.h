@@ -120,6 +120,21 @@ void keepalive_init(Worker& worker);
 /** The sizes below which @p ep's API fast path sends @p op by eager short (Ep::tag_short_limit, ...). */
 std::uint32_t fast_path_limit(const Ep& ep, ProtoOp op);
 
+/**
+ * How long an endpoint whose peer closed an extra rendezvous rail waits for its AM lane to
+ * end too before it fails: the peer closes all its connections at once, and the messages
+ * it sent on the AM lane before (an ATS, its last tagged message) come first there.
+ */
+inline constexpr std::int64_t kRailCloseGraceNs = 1'000'000'000;
+
+/**
+ * True when @p status from @p uep, a lane of @p ep, is the peer closing a rendezvous rail
+ * other than the first in order (connection_reset on a lane that carries only rail GETs):
+ * the endpoint does not fail on it alone. Another lane's connection may still hold what
+ * the peer sent before it closed (separate connections are not ordered with each other).
+ */
+bool rail_close_waits(const Ep& ep, const uct::Ep* uep, Status status);
+
 /** The settings the tcp ifaces get from LOOM_KEEPALIVE_*, unless LOOM_TCP_KEEPALIVE_* are set. */
 ucs::config::Overrides keepalive_tcp_overrides(const ContextConfig& config);
 
@@ -142,6 +157,7 @@ public:
         if (LOOM_UNLIKELY(--keepalive_countdown == 0)) n += keepalive_progress(*this);
         if (LOOM_UNLIKELY(!deadlines.empty())) n += check_deadlines();
         if (LOOM_UNLIKELY(!deferred_callbacks.empty())) n += run_deferred_callbacks();
+        if (LOOM_UNLIKELY(!rails_closed.empty())) n += check_rails_closed();
         return n;
     }
 
@@ -201,6 +217,13 @@ public:
 
     /** Marks @p ep failed with @p status: fails its requests and calls its error callback. */
     void ep_fail(Ep* ep, Status status);
+
+    /**
+     * A lane of @p ep reported @p status from its transport endpoint @p uep: fails @p ep,
+     * unless that is the peer's orderly close of an extra rendezvous rail
+     * (rail_close_waits), which waits for the AM lane (kEpRailClosed).
+     */
+    void lane_failed(Ep* ep, const uct::Ep* uep, Status status);
 
     /**
      * Sends a small control message (a wire header of @p length bytes) on @p ep's AM
@@ -279,6 +302,11 @@ public:
      * sending worker, whatever the family.
      */
     std::unordered_map<FragKey, FragTarget, FragKeyHash> frags;
+    /**
+     * Endpoints whose peer closed an extra rendezvous rail (kEpRailClosed), and when they
+     * fail unless their AM lane ends first (rail_closed).
+     */
+    std::vector<std::pair<Ep*, ucs::Ticks>> rails_closed;
     /** Parts of rendezvous messages GET over a rail other than the first (rndv_rails.cc; tests read it). */
     std::uint64_t rndv_rail_parts = 0;
     ucs::List<Ep, &Ep::worker_link> eps;
@@ -333,6 +361,10 @@ private:
     unsigned check_flushes();
     /** Expires the requests whose deadline passed (deadline.cc); returns how many. */
     unsigned check_deadlines();
+    /** Fails the endpoints of rails_closed whose grace ran out; returns how many. */
+    unsigned check_rails_closed();
+    /** Takes @p ep out of rails_closed (it fails or goes). */
+    void forget_rail_closed(Ep* ep);
     /** Drops @p req's entry in deadlines (it completes first). */
     void deadline_forget(Request* req);
     /** With LOOM_FEATURE_WAKEUP: the epoll set of the ifaces' fds and the signal fd. */

@@ -67,7 +67,9 @@ unsigned split(std::size_t length, const double* weight, unsigned count, std::si
 std::size_t rndv_rails_offer(Request* req, RtsHdr& rts, std::uint8_t* buf, std::size_t key_len) {
     Worker& w = *req->worker;
     const Ep& ep = *req->ep;
-    if (ep.num_rndv_rails < 2 || rts.length < 2 * kRndvRailMinPart) return key_len;
+    // A rail the peer closed (kEpRailClosed): the endpoint is about to fail; the first rail only.
+    if (ep.num_rndv_rails < 2 || (ep.flags & kEpRailClosed) || rts.length < 2 * kRndvRailMinPart)
+        return key_len;
     if (sizeof(RtsRail) + key_len > kMaxRtsRkey) return key_len;
     // Rail 0's key, as the first entry.
     std::memmove(buf + sizeof(RtsRail), buf, key_len);
@@ -154,6 +156,7 @@ void rndv_rails_get_start(Worker& w, Request* req, Ep* ep, const RtsHdr& rts, co
                           unsigned count) {
     // The rails this side can GET over, each with its key unpacked and, where its domain
     // needs one, the buffer registered; rail 0 is the request's own (set up by the caller).
+    if (ep->flags & kEpRailClosed) count = 1;  // the first rail only (rndv_rails_offer)
     Request* parts[kMaxRndvRails] = {req};
     double weight[kMaxRndvRails] = {w.ifaces[ep->lanes[req->lane].iface].attr.bandwidth_dedicated};
     unsigned usable = 1;

@@ -8,6 +8,7 @@
 #include "loom/ucp.h"
 #include "ucp/api/handles.h"
 #include "ucp/core/ep.h"
+#include "ucp/core/worker.h"
 #include "ucp/rndv/rndv.h"
 #include "ucp_pair.h"
 
@@ -90,6 +91,53 @@ TEST(RndvRailsParse, ForgedEntriesAreRefused) {
     // Nothing at all.
     EXPECT_EQ(0u, parse(rails_rts(1), {}));
     EXPECT_EQ(2u, parse(rails_rts(1), good));
+}
+
+/**
+ * An endpoint with lanes 0 (AM), 1 (wire-up) and 2, 3; rails 0 (rndv lane 0), 2 and 1.
+ * The uct endpoints are only compared, never called.
+ */
+struct RailCloseEp {
+    loom::ucp::Ep ep{};
+    loom::uct::Ep* uep[4];
+    alignas(8) char storage[4][8] = {};
+
+    RailCloseEp() {
+        for (unsigned i = 0; i < 4; ++i) {
+            uep[i] = reinterpret_cast<loom::uct::Ep*>(storage[i]);
+            ep.lanes[i].ep = uep[i];
+        }
+        ep.num_lanes = 4;
+        ep.am_lane = 0;
+        ep.am_ep = uep[0];
+        ep.wireup_lane = 1;
+        ep.rndv_lane = 0;
+        ep.num_rndv_rails = 3;
+        ep.rndv_rails[0] = 0;
+        ep.rndv_rails[1] = 2;
+        ep.rndv_rails[2] = 1;
+    }
+};
+
+// The peer's orderly close of a rail that carries only GETs waits for the AM lane, whose
+// connection holds what the peer sent before (a lost ATS failed a sender whose message
+// had been received: test/faults/run_two_rails.sh saw it under load).
+TEST(RailCloseWaits, OnlyAnExtraRailClosedByThePeer) {
+    using loom::Status;
+    using loom::ucp::rail_close_waits;
+    RailCloseEp e;
+    EXPECT_TRUE(rail_close_waits(e.ep, e.uep[2], Status::connection_reset));
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[0], Status::connection_reset)) << "the AM lane (and rail 0)";
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[1], Status::connection_reset)) << "a rail that wires up";
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[3], Status::connection_reset)) << "not a rail";
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[2], Status::peer_timeout)) << "a rail that went silent";
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[2], Status::io_error));
+    EXPECT_FALSE(rail_close_waits(e.ep, nullptr, Status::connection_reset));
+    e.ep.num_rndv_rails = 1;
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[2], Status::connection_reset)) << "rails turned off";
+    e.ep.num_rndv_rails = 3;
+    e.ep.flags |= loom::ucp::kEpFailed;
+    EXPECT_FALSE(rail_close_waits(e.ep, e.uep[2], Status::connection_reset)) << "already failed";
 }
 
 /** Two rails where the environment has them (the VM's rxe0 and rxe1); see the file comment. */
