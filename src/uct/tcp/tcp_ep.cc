@@ -187,37 +187,29 @@ Status TcpIface::send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* sta
 
 Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total) {
     TxDesc* desc = ep->tx;
-    if (desc == nullptr) {
-        if (total <= kSmallStageBytes && (desc = static_cast<TxDesc*>(tx_small_pool_.get())) != nullptr) {
-            desc->small = true;
-        } else if ((desc = get_tx_desc()) == nullptr) {
+    const std::size_t used = desc != nullptr ? desc->iov[0].iov_len : 0;
+    if (used + total > kMaxHeaderRoom + seg_size_) return Status::no_resource;
+    // The smallest buffer that holds what is staged: a staging class, else a segment's.
+    std::uint8_t want = 0;
+    while (want < kNumStageClasses && used + total > kStageBytes[want]) ++want;
+    want = want < kNumStageClasses ? static_cast<std::uint8_t>(want + 1) : 0;
+    const bool fits =
+        desc != nullptr && (desc->stage_class == 0 || used + total <= kStageBytes[desc->stage_class - 1]);
+    if (!fits) {
+        TxDesc* bigger = nullptr;
+        if (want != 0 && (bigger = static_cast<TxDesc*>(tx_stage_pools_[want - 1].get())) != nullptr) {
+            bigger->stage_class = want;
+        } else if ((bigger = get_tx_desc()) == nullptr) {
             return Status::no_resource;
         }
-        desc->iov[0] = {desc->data, 0};
-        desc->iovcnt = 1;
-        desc->iov_pos = 0;
-        desc->comp = nullptr;
-        ep->tx = desc;
-    }
-    std::size_t used = desc->iov[0].iov_len;
-    if (desc->small && used + total > kSmallStageBytes && used + total <= kMaxHeaderRoom + seg_size_) {
-        // Outgrew the small buffer: move what is staged to a whole segment's.
-        TxDesc* large = get_tx_desc();
-        if (large == nullptr) return Status::no_resource;
-        std::memcpy(large->data, desc->data, used);
-        large->iov[0] = {large->data, used};
-        large->iovcnt = 1;
-        large->iov_pos = 0;
-        large->comp = nullptr;
-        put_tx_desc(desc);
-        ep->tx = desc = large;
-    }
-    if (used + total > kMaxHeaderRoom + seg_size_) {
-        if (used == 0) {
-            ep->tx = nullptr;
-            put_tx_desc(desc);
-        }
-        return Status::no_resource;
+        // Outgrew its buffer (or had none): what is staged moves to the new one.
+        if (used != 0) std::memcpy(bigger->data, desc->data, used);
+        bigger->iov[0] = {bigger->data, used};
+        bigger->iovcnt = 1;
+        bigger->iov_pos = 0;
+        bigger->comp = nullptr;
+        if (desc != nullptr) put_tx_desc(desc);
+        ep->tx = desc = bigger;
     }
     std::uint8_t* out = desc->data + used;
     for (std::size_t i = 0; i < iovcnt; ++i) {

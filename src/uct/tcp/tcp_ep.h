@@ -110,18 +110,25 @@ struct TxDesc {
     iovec iov[kMaxTxIov];
     std::uint8_t iovcnt;
     std::uint8_t iov_pos;
-    bool small;        ///< from the small staging pool: kSmallStageBytes of data
+    std::uint8_t stage_class;  ///< 0: a segment's data; else from tx_stage_pools_[stage_class - 1]
     Completion* comp;  ///< am_zcopy: completed when the last byte is written
-    alignas(16) std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes (kSmallStageBytes when small)
+    alignas(16)
+        std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes (kStageBytes[stage_class - 1] when staged)
 };
 
 /**
- * Frames staged before a connection is up start in a buffer of this many bytes, and move
- * to a whole segment's only when more is staged: every endpoint stages its wire-up
- * message, and a job that connects to a thousand peers at once would otherwise touch a
- * page of a 64 KiB buffer per peer, kept by the pool ever after.
+ * Frames staged before a connection is up start in a buffer of the first of these sizes
+ * that holds them, and move to the next (and then to a whole segment's) only when more is
+ * staged: every endpoint stages its wire-up message, and a job that connects to a
+ * thousand peers at once would otherwise touch a page of a 64 KiB buffer per peer, kept
+ * by the pool ever after. 256: a wire-up message over tcp on a host with two network
+ * devices (162 bytes with its frame header) and a first small message (24 bytes for 8 of
+ * data); 1024: the wire-up message of a worker with many devices and transports.
+ * contrib/bench/epmem.c: every endpoint holds one while 256 connect at once, 448 bytes
+ * each with 256 (704 when the only size was 512).
  */
-inline constexpr std::size_t kSmallStageBytes = 512;
+inline constexpr std::size_t kStageBytes[] = {256, 1024};
+inline constexpr std::size_t kNumStageClasses = std::size(kStageBytes);
 
 /** What an outstanding request waits for. */
 enum class ReqKind : std::uint8_t { put_ack, get_bcopy, get_zcopy, atomic, flush_remote, flush_local };

@@ -116,11 +116,14 @@ Status TcpIface::create_pools() {
     rx.elem_size = sizeof(RxState);
     rx.alignment = kCacheLineSize;
     rx.elems_per_chunk = 64;
-    ucs::MemPoolParams tx_small;
-    tx_small.name = "tcp_tx_small";
-    tx_small.elem_size = sizeof(TxDesc) + kSmallStageBytes;
-    tx_small.alignment = kCacheLineSize;
-    tx_small.elems_per_chunk = 64;
+    for (std::size_t i = 0; i < kNumStageClasses; ++i) {
+        ucs::MemPoolParams stage;
+        stage.name = i == 0 ? "tcp_tx_stage" : "tcp_tx_stage_large";
+        stage.elem_size = sizeof(TxDesc) + kStageBytes[i];
+        stage.alignment = kCacheLineSize;
+        stage.elems_per_chunk = i == 0 ? 64 : 16;
+        if (Status s = tx_stage_pools_[i].init(std::move(stage)); s != Status::ok) return s;
+    }
     ucs::MemPoolParams rx_buf;
     rx_buf.name = "tcp_rx_buf";
     rx_buf.elem_size = rx_size();
@@ -130,8 +133,11 @@ Status TcpIface::create_pools() {
     reply.name = "tcp_reply";
     reply.elem_size = sizeof(ReplyDesc);
     reply.elems_per_chunk = 128;
-    for (auto [pool, params] :
-         {std::pair{&tx_pool_, &tx}, {&tx_small_pool_, &tx_small}, {&req_pool_, &req}, {&rx_pool_, &rx}, {&rx_buf_pool_, &rx_buf}, {&reply_pool_, &reply}}) {
+    for (auto [pool, params] : {std::pair{&tx_pool_, &tx},
+                                {&req_pool_, &req},
+                                {&rx_pool_, &rx},
+                                {&rx_buf_pool_, &rx_buf},
+                                {&reply_pool_, &reply}}) {
         if (Status s = pool->init(std::move(*params)); s != Status::ok) return s;
     }
     return Status::ok;

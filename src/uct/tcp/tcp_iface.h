@@ -171,10 +171,12 @@ public:
 
     TxDesc* get_tx_desc() {
         auto* desc = static_cast<TxDesc*>(tx_pool_.get());
-        if (desc != nullptr) desc->small = false;
+        if (desc != nullptr) desc->stage_class = 0;
         return desc;
     }
-    void put_tx_desc(TxDesc* desc) { (desc->small ? tx_small_pool_ : tx_pool_).put(desc); }
+    void put_tx_desc(TxDesc* desc) {
+        (desc->stage_class == 0 ? tx_pool_ : tx_stage_pools_[desc->stage_class - 1]).put(desc);
+    }
     ReqDesc* get_req_desc() { return static_cast<ReqDesc*>(req_pool_.get()); }
     void put_req_desc(ReqDesc* desc) { req_pool_.put(desc); }
 
@@ -279,7 +281,8 @@ private:
     sockaddr_in listen_addr_{};
     std::uint64_t cookie_ = 0;
     ucs::MemPool tx_pool_;
-    ucs::MemPool tx_small_pool_;  ///< TxDesc with kSmallStageBytes of data, for staging (stage())
+    /** TxDesc with kStageBytes[i] of data, for staging (stage()). */
+    std::array<ucs::MemPool, kNumStageClasses> tx_stage_pools_;
     ucs::MemPool req_pool_;
     ucs::MemPool rx_pool_;      ///< RxState, one per connection
     ucs::MemPool rx_buf_pool_;  ///< RxState::data, held while a connection reads

@@ -1064,5 +1064,41 @@ TEST_F(TcpTest, ManyConnectionsShareAFewSegmentBuffers) {
     EXPECT_LE(recv_iface->num_rx_buffers(), 4u);
 }
 
+/**
+ * Frames staged while a connection is being made move to a bigger buffer each time they
+ * outgrow theirs (kStageBytes, then a segment's): every byte and the order survive each move.
+ */
+TEST_F(TcpTest, FramesStagedWhileConnectingSurviveEveryBufferMove) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_);
+    // Cumulative staged bytes (8-byte frame and am headers each): 56, 252 (the first
+    // buffer), 868 (the second), 3384 and 3500 (a segment's).
+    const std::vector<std::size_t> sizes = {40, 180, 600, 2500, 100};
+    const std::vector<unsigned> stage_class = {1, 1, 2, 0, 0};  // 0: a segment's buffer
+    std::vector<std::vector<std::uint8_t>> sent;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        std::vector<std::uint8_t> payload(sizes[i]);
+        for (std::size_t b = 0; b < payload.size(); ++b) payload[b] = static_cast<std::uint8_t>(i * 31 + b * 7);
+        ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, i, payload.data(), static_cast<unsigned>(payload.size())));
+        sent.push_back(std::move(payload));
+        // The smallest buffer that holds what is staged: a connection to a thousand peers
+        // keeps a small one each, not a page of a segment's.
+        const tcp::TxDesc* staged = static_cast<tcp::TcpEp*>(ep)->tx;
+        ASSERT_NE(nullptr, staged);
+        EXPECT_EQ(stage_class[i], staged->stage_class) << "after message " << i;
+    }
+    // Nothing progressed yet: all of it is staged, none written.
+    ASSERT_TRUE(static_cast<tcp::TcpEp*>(ep)->can_stage());
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == sizes.size(); }));
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        ASSERT_EQ(8 + sizes[i], got.messages[i].size()) << "message " << i;
+        std::uint64_t header;
+        std::memcpy(&header, got.messages[i].data(), sizeof(header));
+        EXPECT_EQ(i, header) << "order";
+        EXPECT_TRUE(std::equal(sent[i].begin(), sent[i].end(), got.messages[i].begin() + 8)) << "message " << i;
+    }
+}
+
 }  // namespace
 }  // namespace loom::uct::test
