@@ -203,15 +203,16 @@ Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::siz
             return Status::no_resource;
         }
         // Outgrew its buffer (or had none): what is staged moves to the new one.
-        if (used != 0) std::memcpy(bigger->data, desc->data, used);
-        bigger->iov[0] = {bigger->data, used};
+        std::uint8_t* to = bigger->stage_class != 0 ? staged_data(bigger) : bigger->data;
+        if (used != 0) std::memcpy(to, desc->iov[0].iov_base, used);
+        bigger->iov[0] = {to, used};
         bigger->iovcnt = 1;
         bigger->iov_pos = 0;
         bigger->comp = nullptr;
         if (desc != nullptr) put_tx_desc(desc);
         ep->tx = desc = bigger;
     }
-    std::uint8_t* out = desc->data + used;
+    std::uint8_t* out = static_cast<std::uint8_t*>(desc->iov[0].iov_base) + used;
     for (std::size_t i = 0; i < iovcnt; ++i) {
         if (iov[i].iov_len == 0) continue;  // an empty piece may have a null base
         std::memcpy(out, iov[i].iov_base, iov[i].iov_len);

@@ -55,6 +55,7 @@
 
 #include <sys/uio.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace loom::uct::tcp {
@@ -105,16 +106,30 @@ enum EpFlags : std::uint8_t {
 /**
  * A frame being written: iovecs over the headers (copied into data) and either copied
  * payload (data too) or the user's zcopy memory. From the iface's tx pool.
+ *
+ * A staging buffer (stage_class != 0, TcpIface::stage) holds one contiguous run of frames
+ * and uses iov[0] alone: its bytes start right after iov[0] (staged_data()), where the
+ * other iovecs and data would be, so that a staging element is 128 bytes smaller than
+ * the full header.
  */
 struct TxDesc {
-    iovec iov[kMaxTxIov];
+    Completion* comp;  ///< am_zcopy: completed when the last byte is written
     std::uint8_t iovcnt;
     std::uint8_t iov_pos;
     std::uint8_t stage_class;  ///< 0: a segment's data; else from tx_stage_pools_[stage_class - 1]
-    Completion* comp;  ///< am_zcopy: completed when the last byte is written
-    alignas(16)
-        std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes (kStageBytes[stage_class - 1] when staged)
+    iovec iov[kMaxTxIov];
+    alignas(16) std::uint8_t data[];  ///< kMaxHeaderRoom + seg_size bytes (not in a staging buffer)
 };
+
+/** Where the bytes of a staging buffer (@p desc->stage_class != 0) are: after its iov[0]. */
+inline std::uint8_t* staged_data(TxDesc* desc) {
+    return reinterpret_cast<std::uint8_t*>(&desc->iov[1]);
+}
+
+/** Size of a staging element with @p bytes of data. */
+inline constexpr std::size_t staged_desc_size(std::size_t bytes) {
+    return offsetof(TxDesc, iov) + sizeof(iovec) + bytes;
+}
 
 /**
  * Frames staged before a connection is up start in a buffer of the first of these sizes
@@ -124,11 +139,13 @@ struct TxDesc {
  * by the pool ever after. 256: a wire-up message over tcp on a host with two network
  * devices (162 bytes with its frame header) and a first small message (24 bytes for 8 of
  * data); 1024: the wire-up message of a worker with many devices and transports.
- * contrib/bench/epmem.c: every endpoint holds one while 256 connect at once, 448 bytes
- * each with 256 (704 when the only size was 512).
+ * contrib/bench/epmem.c: every endpoint holds one while 256 connect at once, 320 bytes
+ * each (704 when the only size was 512 and the full header came with it).
  */
 inline constexpr std::size_t kStageBytes[] = {256, 1024};
 inline constexpr std::size_t kNumStageClasses = std::size(kStageBytes);
+static_assert(staged_desc_size(kStageBytes[0]) + 128 <= sizeof(TxDesc) + kStageBytes[0],
+              "a staging buffer leaves most of the header out");
 
 /** What an outstanding request waits for. */
 enum class ReqKind : std::uint8_t { put_ack, get_bcopy, get_zcopy, atomic, flush_remote, flush_local };

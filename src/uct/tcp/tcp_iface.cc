@@ -119,7 +119,7 @@ Status TcpIface::create_pools() {
     for (std::size_t i = 0; i < kNumStageClasses; ++i) {
         ucs::MemPoolParams stage;
         stage.name = i == 0 ? "tcp_tx_stage" : "tcp_tx_stage_large";
-        stage.elem_size = sizeof(TxDesc) + kStageBytes[i];
+        stage.elem_size = staged_desc_size(kStageBytes[i]);
         stage.alignment = kCacheLineSize;
         stage.elems_per_chunk = i == 0 ? 64 : 16;
         if (Status s = tx_stage_pools_[i].init(std::move(stage)); s != Status::ok) return s;
