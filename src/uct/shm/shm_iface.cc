@@ -16,6 +16,8 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 
 namespace loom::uct::shm {
@@ -53,6 +55,101 @@ constexpr double kZcopyOverhead = 250e-9;
 
 int pidfd_open(pid_t pid) {
     return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+}  // namespace
+
+struct PeerProcess {
+    int pidfd = -1;
+    ~PeerProcess() {
+        if (pidfd >= 0) ::close(pidfd);
+    }
+};
+
+namespace {
+
+/**
+ * What the ifaces of this process share about their peers: one mapping of each peer
+ * segment and one pidfd of each peer process, checked against its start time once. A
+ * process with many workers (a worker per thread, or the scale test's 32) attaches a peer
+ * once instead of once per worker: an attachment's open, readlink, fstat and mmap and the
+ * pidfd's /proc/<pid>/stat read were most of an endpoint's creation, and of the endpoint
+ * a first message makes back (contrib/bench/epmem.c). Entries whose last user went are
+ * replaced when looked up again.
+ */
+struct ProcessPeers {
+    std::mutex lock;
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::weak_ptr<const Mapping>>
+        mappings;  ///< (pid, cookie)
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::weak_ptr<PeerProcess>>
+        processes;  ///< (pid, start time)
+};
+
+ProcessPeers& process_peers() {
+    static ProcessPeers* peers = new ProcessPeers;  // never destroyed: ifaces may outlive static destruction
+    return *peers;
+}
+
+/** The mapping of @p seg this process has, or a new one (nullptr with @p reason when it cannot be made). */
+std::shared_ptr<const Mapping> shared_mapping(const SegmentId& seg, std::string* reason, Status& status) {
+    ProcessPeers& pp = process_peers();
+    const auto key = std::make_pair(seg.pid, seg.cookie);
+    {
+        std::lock_guard<std::mutex> guard(pp.lock);
+        auto it = pp.mappings.find(key);
+        if (it != pp.mappings.end()) {
+            if (auto mapping = it->second.lock()) return mapping;
+        }
+    }
+    auto mapping = Mapping::attach(seg, reason);  // (system calls: not under the lock)
+    if (!mapping) {
+        status = mapping.status();
+        return nullptr;
+    }
+    auto shared = std::make_shared<const Mapping>(std::move(*mapping));
+    std::lock_guard<std::mutex> guard(pp.lock);
+    auto& slot = pp.mappings[key];
+    if (auto other = slot.lock()) return other;  // another thread attached meanwhile: one mapping
+    slot = shared;
+    return shared;
+}
+
+/**
+ * The pidfd of the process @p seg names, checked once against the start time in the
+ * address; nullptr with @p reason when it is gone (or its pid was reused).
+ */
+std::shared_ptr<PeerProcess> shared_process(const SegmentId& seg, std::string* reason) {
+    ProcessPeers& pp = process_peers();
+    const auto key = std::make_pair(seg.pid, seg.start_time);
+    auto gone = [&](const char* why) -> std::shared_ptr<PeerProcess> {
+        if (reason) *reason = "process " + std::to_string(seg.pid) + " is gone" + why;
+        return nullptr;
+    };
+    if (seg.start_time != 0) {
+        std::lock_guard<std::mutex> guard(pp.lock);
+        auto it = pp.processes.find(key);
+        if (it != pp.processes.end()) {
+            if (auto process = it->second.lock()) {
+                // Still running? (A pidfd is readable once its process has exited.)
+                pollfd pfd{process->pidfd, POLLIN, 0};
+                if (::poll(&pfd, 1, 0) == 1) return gone("");
+                return process;
+            }
+        }
+    }
+    auto process = std::make_shared<PeerProcess>();
+    process->pidfd = pidfd_open(static_cast<pid_t>(seg.pid));
+    if (process->pidfd < 0 && errno == ESRCH) return gone("");
+    // The pid may have been reused since the address was made: the pidfd must name the owner.
+    if (seg.start_time != 0) {
+        auto start = process_start_time(static_cast<pid_t>(seg.pid));
+        if (!start || *start != seg.start_time) return gone(" (pid reused)");
+        if (process->pidfd >= 0) {
+            std::lock_guard<std::mutex> guard(pp.lock);
+            pp.processes[key] = process;
+        }
+    }
+    return process;
 }
 
 }  // namespace
@@ -357,6 +454,12 @@ bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_l
     if (parse_addresses(dev_addr, dev_addr_len, iface_addr, iface_addr_len, &seg, reason) != Status::ok) {
         return false;
     }
+    // A process this iface already watches (a live peer's pidfd) needs no system call: its
+    // end is noticed by the watch. Only an unknown pid is looked for.
+    for (auto it = peers_.lower_bound({seg.pid, 0}); it != peers_.end() && it->first.first == seg.pid; ++it) {
+        if (it->second->failure == Status::ok && (it->second->pidfd >= 0 || it->second->same_process))
+            return true;
+    }
     if (::kill(static_cast<pid_t>(seg.pid), 0) != 0 && errno == ESRCH) {
         if (reason) *reason = "no process " + std::to_string(seg.pid) + " on this host";
         return false;
@@ -376,8 +479,9 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
         }
         return it->second.get();
     }
-    auto mapping = Mapping::attach(seg, reason);
-    if (!mapping) return mapping.status();
+    Status mapped = Status::ok;
+    std::shared_ptr<const Mapping> mapping = shared_mapping(seg, reason, mapped);
+    if (mapping == nullptr) return mapped;
     auto* fifo = static_cast<FifoCtl*>(mapping->address());
     auto fail = [&](std::string why) -> Result<Peer*> {
         if (reason) *reason = std::move(why);
@@ -404,31 +508,13 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     auto peer = std::make_unique<Peer>();
     peer->seg = seg;
     peer->fifo = fifo;
-    peer->mapping = std::move(*mapping);
+    peer->mapping = std::move(mapping);
     peer->same_process = seg.pid == static_cast<std::uint32_t>(this_process().pid);
     if (!peer->same_process) {
-        // Another interface of the same process (a job's peers often run several workers)
-        // already has a pidfd checked against the start time: share the process, and skip
-        // reading /proc/<pid>/stat, the dearest step of an endpoint's creation.
-        for (auto it = peers_.lower_bound({seg.pid, 0}); it != peers_.end() && it->first.first == seg.pid; ++it) {
-            const Peer& other = *it->second;
-            if (other.pidfd >= 0 && other.failure == Status::ok && other.seg.start_time == seg.start_time &&
-                seg.start_time != 0) {
-                peer->pidfd = ::fcntl(other.pidfd, F_DUPFD_CLOEXEC, 0);
-                if (peer->pidfd >= 0) break;
-            }
-        }
-    }
-    if (!peer->same_process && peer->pidfd < 0) {
-        peer->pidfd = pidfd_open(static_cast<pid_t>(seg.pid));
-        if (peer->pidfd < 0 && errno == ESRCH) return fail("process " + std::to_string(seg.pid) + " is gone");
-        // The pid may have been reused since the address was made: the pidfd must name the owner.
-        if (seg.start_time != 0) {
-            auto start = process_start_time(static_cast<pid_t>(seg.pid));
-            if (!start || *start != seg.start_time) {
-                return fail("process " + std::to_string(seg.pid) + " is gone (pid reused)");
-            }
-        }
+        peer->process = shared_process(seg, reason);
+        if (peer->process == nullptr) return Status::unreachable;
+        // This iface's own descriptor: its epoll set may watch several segments of one process.
+        if (peer->process->pidfd >= 0) peer->pidfd = ::fcntl(peer->process->pidfd, F_DUPFD_CLOEXEC, 0);
     }
     Peer* raw = peer.get();
     peers_.emplace(key, std::move(peer));

@@ -51,9 +51,15 @@ namespace loom::uct::shm {
 enum class CmaState : std::uint8_t { unknown, works, forbidden };
 
 /** A peer iface this iface sends to: its FIFO mapped here and how to tell it is alive. */
+/** A verified pidfd of a peer process, shared by the ifaces of this process (shm_iface.cc). */
+struct PeerProcess;
+
 struct Peer {
     SegmentId seg{};
-    Mapping mapping;
+    /** The peer's segment, mapped once for every iface of this process that reaches it. */
+    std::shared_ptr<const Mapping> mapping;
+    /** The peer's process, its pidfd checked once for every iface; pidfd below is this iface's dup. */
+    std::shared_ptr<PeerProcess> process;
     FifoCtl* fifo = nullptr;
     int pidfd = -1;  ///< -1 for our own process
     bool same_process = false;

@@ -223,7 +223,7 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason, bool w
         }
         // Check what we opened, not what the link pointed at a moment ago: our own fd cannot change.
         char link[256];
-        ssize_t n = ::readlink(fd_link(::getpid(), fd).c_str(), link, sizeof(link) - 1);
+        ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof(link) - 1);
         std::string expected = "/memfd:" + memfd_name(id.cookie) + " (deleted)";
         if (n < 0 || std::string(link, static_cast<std::size_t>(n)) != expected) {
             ::close(fd);

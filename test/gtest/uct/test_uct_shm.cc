@@ -178,6 +178,30 @@ TEST(ShmFifo, AttachingToAPeerDoesNotMapItsWholeRing) {
     ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1u; }));
 }
 
+TEST(ShmFifo, IfacesOfOneProcessShareTheirMappingOfAPeer) {
+    // A process with many workers maps a peer's segment once: each iface attaching it on
+    // its own cost an open, readlink, fstat and mmap per worker (epmem, the scale test).
+    ShmSide receiver;
+    ShmSide a;
+    ShmSide b;
+    Ep* ea = a.connect_or_throw(receiver.address());
+    Ep* eb = b.connect_or_throw(receiver.address());
+    const auto* fifo_a = static_cast<impl::ShmEp*>(ea)->fifo;
+    EXPECT_EQ(fifo_a, static_cast<impl::ShmEp*>(eb)->fifo) << "one mapping of the receiver's FIFO";
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(ea, kAmId, 1, nullptr, 0));
+    ASSERT_EQ(Status::ok, ep_am_short(eb, kAmId, 2, nullptr, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 2u; }));
+    // The mapping lives while one iface uses it: a's endpoint going leaves b's working.
+    a.destroy(ea);
+    ASSERT_EQ(Status::ok, ep_am_short(eb, kAmId, 3, nullptr, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 3u; }));
+    // And a new endpoint of a finds the same mapping again.
+    Ep* again = a.connect_or_throw(receiver.address());
+    EXPECT_EQ(fifo_a, static_cast<impl::ShmEp*>(again)->fifo);
+}
+
 TEST(ShmFifo, WrapAroundKeepsOrderAndDataForEveryFlavour) {
     // A 32-cell ring: messages of up to 7 cells wrap (with padding) every few sends.
     const ucs::config::Overrides small = {{"SHM_FIFO_SIZE", "2k"}, {"SHM_MAX_BCOPY", "256"}};
