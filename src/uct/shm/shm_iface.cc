@@ -101,7 +101,9 @@ std::shared_ptr<const Mapping> shared_mapping(const SegmentId& seg, std::string*
             if (auto mapping = it->second.lock()) return mapping;
         }
     }
-    auto mapping = Mapping::attach(seg, reason);  // (system calls: not under the lock)
+    // (System calls: not under the lock.) The FIFO's header carries the cookie, checked by
+    // attach_peer: the memfd's name need not be read as well.
+    auto mapping = Mapping::attach(seg, reason, true, false);
     if (!mapping) {
         status = mapping.status();
         return nullptr;
@@ -493,9 +495,13 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     // senders write the cells they use, so only touched pages get mapped.
     if (mapping->size() >= sizeof(FifoCtl)) fifo->state.fetch_add(0, std::memory_order_relaxed);
     if (mapping->size() < sizeof(FifoCtl) || fifo->magic != kFifoMagic ||
-        fifo->layout_version != kFifoLayoutVersion || fifo->cookie != seg.cookie ||
-        fifo->owner_pid != seg.pid) {
+        fifo->layout_version != kFifoLayoutVersion) {
         return fail("process " + std::to_string(seg.pid) + "'s segment is not the expected shm FIFO");
+    }
+    if (fifo->cookie != seg.cookie || fifo->owner_pid != seg.pid) {
+        return fail(
+            "process " + std::to_string(seg.pid) +
+            "'s segment is another FIFO than the address names (cookie mismatch: the pid or fd was reused)");
     }
     const std::uint64_t cells = fifo->cell_count;
     if (cells < 2 || !std::has_single_bit(cells) || fifo->mask != cells - 1 ||

@@ -192,7 +192,7 @@ void Segment::release() noexcept {
 
 // --- Mapping ----------------------------------------------------------------------------
 
-Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason, bool writable) {
+Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason, bool writable, bool check_name) {
     auto fail = [&](Status status, std::string why) -> Result<Mapping> {
         if (reason) *reason = std::move(why);
         return status;
@@ -223,9 +223,11 @@ Result<Mapping> Mapping::attach(const SegmentId& id, std::string* reason, bool w
         }
         // Check what we opened, not what the link pointed at a moment ago: our own fd cannot change.
         char link[256];
-        ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof(link) - 1);
-        std::string expected = "/memfd:" + memfd_name(id.cookie) + " (deleted)";
-        if (n < 0 || std::string(link, static_cast<std::size_t>(n)) != expected) {
+        const ssize_t n =
+            check_name ? ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof(link) - 1)
+                       : 0;
+        if (check_name && (n < 0 || std::string(link, static_cast<std::size_t>(n)) !=
+                                        "/memfd:" + memfd_name(id.cookie) + " (deleted)")) {
             ::close(fd);
             return fail(Status::unreachable, what +
                                                  " is not the expected segment (cookie mismatch: the pid or "

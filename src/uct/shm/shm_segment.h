@@ -104,9 +104,11 @@ public:
      * Maps the segment @p id read-write (read-only unless @p writable). Returns unreachable when the owner is
      * gone, the cookie does not match (a reused pid or fd), the segment is too small or the permissions
      * forbid it, with the explanation in @p reason; invalid_address for an id that cannot be valid (unknown
-     * kind, size 0).
+     * kind, size 0). @p check_name false skips the check of a memfd's name (its cookie) for a caller that
+     * checks the cookie in the segment's own header instead (an shm FIFO): one system call less.
      */
-    static Result<Mapping> attach(const SegmentId& id, std::string* reason, bool writable = true);
+    static Result<Mapping> attach(const SegmentId& id, std::string* reason, bool writable = true,
+                                  bool check_name = true);
 
     Mapping() = default;
     Mapping(Mapping&& other) noexcept;
