@@ -20,7 +20,6 @@ std::vector<const Proto*>& registry() {
 struct Candidate {
     const Proto* proto;
     ProtoCaps caps;
-    std::string detail;
 
     bool serves(std::size_t size) const { return caps.min_size <= size && size <= caps.max_size; }
 };
@@ -120,7 +119,7 @@ std::unique_ptr<ProtoTable> ProtoTable::build(const Worker& worker, const Ep& ep
             std::vector<Candidate> cands;
             for (const Proto* proto : registry()) {
                 if (!(proto->ops & proto_op_bit(op)) || (!contig && !proto->noncontig)) continue;
-                Candidate c{proto, {}, {}};
+                Candidate c{proto, {}};
                 if (const char* why = proto->init(init, c.caps)) {
                     // Said once per protocol and reason, not per class.
                     const bool said = std::any_of(table->left_out_.begin(), table->left_out_.end(),
@@ -129,13 +128,10 @@ std::unique_ptr<ProtoTable> ProtoTable::build(const Worker& worker, const Ep& ep
                     continue;
                 }
                 if (c.caps.min_size > c.caps.max_size) continue;  // its sizes all went to others
-                const WorkerIface& wi = init.lane_iface(c.caps.lane);
-                c.detail = proto->describe != nullptr ? proto->describe(init, c.caps) : std::string{};
-                c.detail += fmt::format(" on {}/{} [{}]", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name, cost_text(c.caps));
                 cands.push_back(std::move(c));
             }
             Class& cls = table->classes_[index(op, contig)];
-            std::vector<std::string>& details = table->details_[index(op, contig)];
+            std::vector<ProtoCaps>& caps = table->caps_[index(op, contig)];
             std::size_t size = 0;
             for (;;) {
                 const Candidate* best = nullptr;
@@ -160,7 +156,7 @@ std::unique_ptr<ProtoTable> ProtoTable::build(const Worker& worker, const Ep& ep
                 } else if (cls.count < kMaxRanges) {
                     cls.ranges[cls.count++] =
                         ProtoRange{size, end, best->proto, best->proto->progress, best->caps.cost, best->caps.lane};
-                    details.push_back(best->detail);
+                    caps.push_back(best->caps);
                 } else {
                     // Cannot happen with the protocols there are (at most 4 per class).
                     cls.ranges[cls.count - 1].last = SIZE_MAX;
@@ -188,13 +184,16 @@ std::size_t ProtoTable::first_size(ProtoOp op, bool contig, const Proto& proto) 
     return SIZE_MAX;
 }
 
-std::string ProtoTable::describe(const char* prefix) const {
+std::string ProtoTable::describe(const Worker& worker, const Ep& ep, const char* prefix) const {
+    const ContextConfig& cfg = worker.context.config();
+    const bool user_thresh = cfg.rndv_thresh != ucs::config::kSizeAuto;
     std::string out;
     for (unsigned op_index = 0; op_index < kNumProtoOps; ++op_index) {
         const auto op = static_cast<ProtoOp>(op_index);
         for (bool contig : {true, false}) {
             const Class& c = classes_[index(op, contig)];
-            const std::vector<std::string>& details = details_[index(op, contig)];
+            const std::vector<ProtoCaps>& caps = caps_[index(op, contig)];
+            const ProtoInit init{worker, ep, cfg, op, contig, user_thresh, cfg.rndv_thresh, *this};
             if (c.count == 0) {
                 // Only worth a line when some protocol would serve the class elsewhere.
                 const bool served = std::any_of(registry().begin(), registry().end(), [&](const Proto* p) {
@@ -207,8 +206,13 @@ std::string ProtoTable::describe(const char* prefix) const {
             out += fmt::format("{}  {}, {}:\n", prefix, proto_op_name(op), contig ? "contiguous" : "iov/generic");
             for (unsigned i = 0; i < c.count; ++i) {
                 const ProtoRange& r = c.ranges[i];
-                out += fmt::format("{}  {:>10} .. {:<10} {}{}\n", prefix, r.first, size_text(r.last), r.proto->name,
-                                   details[i]);
+                const WorkerIface& wi = init.lane_iface(caps[i].lane);
+                std::string detail =
+                    r.proto->describe != nullptr ? r.proto->describe(init, caps[i]) : std::string{};
+                detail += fmt::format(" on {}/{} [{}]", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name,
+                                      cost_text(caps[i]));
+                out += fmt::format("{}  {:>10} .. {:<10} {}{}\n", prefix, r.first, size_text(r.last),
+                                   r.proto->name, detail);
             }
         }
     }

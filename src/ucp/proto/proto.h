@@ -186,8 +186,13 @@ public:
     /** The first size of class @p op served by @p proto, or SIZE_MAX. */
     std::size_t first_size(ProtoOp op, bool contig, const Proto& proto) const;
 
-    /** The table, one line per range, each after @p prefix; the protocols left out and why. */
-    std::string describe(const char* prefix) const;
+    /**
+     * The table, one line per range, each after @p prefix; the protocols left out and why.
+     * @p worker and @p ep: an endpoint this table serves (the details of a range, its
+     * scheme and lane, are worked out here, not when the table is built: only
+     * LOOM_PROTO_INFO and loom_info print them, and formatting them was a third of a build).
+     */
+    std::string describe(const Worker& worker, const Ep& ep, const char* prefix) const;
 
     /** The ranges of one class (for tests and the printout). */
     struct Class {
@@ -199,8 +204,8 @@ public:
 private:
     static unsigned index(ProtoOp op, bool contig) { return static_cast<unsigned>(op) * 2 + (contig ? 0 : 1); }
     std::array<Class, kNumProtoOps * 2> classes_;
-    /** Per class, the printout's detail of each range (lane, scheme, cost). */
-    std::array<std::vector<std::string>, kNumProtoOps * 2> details_;
+    /** Per class, what the protocol of each range found at init (describe() tells it). */
+    std::array<std::vector<ProtoCaps>, kNumProtoOps * 2> caps_;
     std::vector<ProtoLeftOut> left_out_;
 };
 
