@@ -59,7 +59,7 @@ enum EpFlags : std::uint8_t {
     /**
      * The peer closed the connection of a rendezvous rail other than the first: no new
      * message is split over the rails, and the endpoint fails when its AM lane ends, or
-     * after kRailCloseGrace (Worker::rail_closed).
+     * after kRailCloseGraceNs (Worker::lane_failed).
      */
     kEpRailClosed = 1u << 6,
 };

@@ -1093,10 +1093,7 @@ const ProtoTable* Worker::proto_table(const Ep& ep) {
             return e.table.get();
     }
     try {
-        auto tq = ucs::get_time();
         proto_tables.push_back({am_iface, rndv_iface, rail_ifaces, ProtoTable::build(*this, ep)});
-        if (getenv("TMP_PT"))
-            fprintf(stderr, "TMP build %.1f us\n", ucs::ticks_to_ns(ucs::get_time() - tq) / 1000.0);
     } catch (const std::bad_alloc&) {
         return nullptr;
     }

@@ -50,10 +50,10 @@ namespace loom::uct::shm {
 /** Whether CMA works towards a peer process. */
 enum class CmaState : std::uint8_t { unknown, works, forbidden };
 
-/** A peer iface this iface sends to: its FIFO mapped here and how to tell it is alive. */
 /** A verified pidfd of a peer process, shared by the ifaces of this process (shm_iface.cc). */
 struct PeerProcess;
 
+/** A peer iface this iface sends to: its FIFO mapped here and how to tell it is alive. */
 struct Peer {
     SegmentId seg{};
     /** The peer's segment, mapped once for every iface of this process that reaches it. */
