@@ -63,8 +63,8 @@ void* tag_send(loom_ep_h ep_h, const void* buffer, size_t count, loom_tag_t tag,
     if (LOOM_UNLIKELY(ep == nullptr)) return status_ptr(Status::invalid_param);
     Worker& w = *ep->worker;
     WorkerGuard guard(w);
-    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
-        return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
+    if (LOOM_UNLIKELY(ep->flags & kEpNotReady)) {
+        if (Status s = w.ep_first_use(ep); s != Status::ok) return status_ptr(s);
     }
     const Datatype dt = dt_of(p);
     // Eager short (the protocol table's, below tag_short_limit): nothing to allocate when the
@@ -403,13 +403,18 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
             e = it->second;  // the peer connected first: adopt the endpoint its wire-up made
             e->flags &= ~kEpInternal;
         } else {
-            auto created = w.ep_create(*address, false, 0);
+            // From a worker address, lazily (LOOM_LAZY_CONNECT): the first operation sends
+            // the wire-up request. A listener's or a socket address's endpoint is wanted now.
+            const bool lazy = how == LOOM_EP_PARAM_FIELD_REMOTE_ADDRESS && w.context.config().lazy_connect;
+            auto created = w.ep_create(*address, false, lazy ? kEpIdle : 0);
             if (!created) {
                 if (request != nullptr) Listener::reject(request);
                 return C(created.status());
             }
             e = *created;
-            if (Status s = w.send_wireup(e); s != Status::ok) {
+            if (lazy) {
+                LOOM_LOG_DEBUG("ucp: endpoint to worker {:016x} connects on its first operation", e->remote_uuid);
+            } else if (Status s = w.send_wireup(e); s != Status::ok) {
                 w.ep_destroy(e, Status::canceled);
                 if (request != nullptr) Listener::reject(request);
                 return C(s);
@@ -695,8 +700,8 @@ loom_status_ptr_t loom_am_send_nbx(loom_ep_h ep_h, unsigned id, const void* head
     }
     Worker& w = *ep->worker;
     WorkerGuard guard(w);
-    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
-        return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
+    if (LOOM_UNLIKELY(ep->flags & kEpNotReady)) {
+        if (Status s = w.ep_first_use(ep); s != Status::ok) return status_ptr(s);
     }
     const Datatype dt = dt_of(p);
     // Eager short: the AM header word and one of header or data, nothing allocated.
@@ -818,8 +823,8 @@ loom_status_ptr_t loom_stream_send_nbx(loom_ep_h ep_h, const void* buffer, size_
     }
     Worker& w = *ep->worker;
     WorkerGuard guard(w);
-    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) {
-        return status_ptr(ep->flags & kEpFailed ? ep->failure : Status::not_connected);
+    if (LOOM_UNLIKELY(ep->flags & kEpNotReady)) {
+        if (Status s = w.ep_first_use(ep); s != Status::ok) return status_ptr(s);
     }
     const Datatype dt = dt_of(p);
     const bool imm = !(attr(p) & LOOM_OP_ATTR_FLAG_NO_IMM_CMPL);

@@ -49,6 +49,7 @@ struct ContextConfig {
     std::size_t unexpected_max = 0;      ///< LOOM_UNEXPECTED_MAX (kSizeInf: unbounded)
     std::size_t stream_window = 0;       ///< LOOM_STREAM_WINDOW (kSizeInf: unbounded)
     std::chrono::nanoseconds wireup_timeout{};  ///< LOOM_WIREUP_TIMEOUT (ucs::config::kTimeInf: none)
+    bool lazy_connect = true;                   ///< LOOM_LAZY_CONNECT
     std::chrono::nanoseconds keepalive_interval{};  ///< LOOM_KEEPALIVE_INTERVAL (kTimeInf: off)
     unsigned keepalive_count = 0;                   ///< LOOM_KEEPALIVE_COUNT
     unsigned max_rndv_rails = 0;                    ///< LOOM_MAX_RNDV_RAILS

@@ -62,7 +62,19 @@ enum EpFlags : std::uint8_t {
      * after kRailCloseGraceNs (Worker::lane_failed).
      */
     kEpRailClosed = 1u << 6,
+    /**
+     * Created from a worker address with LOOM_LAZY_CONNECT and not used yet: nothing was
+     * sent, so the peer does not know it. Its first operation sends the wire-up request
+     * (Worker::ep_first_use); a request from the peer first makes that unnecessary.
+     */
+    kEpIdle = 1u << 7,
 };
+
+/**
+ * The flags that take an API call off its fast path: the endpoint failed, is closing, or
+ * is used for the first time. One test on the hot line for all three.
+ */
+inline constexpr std::uint8_t kEpNotReady = kEpFailed | kEpClosing | kEpIdle;
 
 class Ep {
 public:

@@ -82,7 +82,8 @@ unsigned keepalive_progress(Worker& worker) {
         static_cast<std::uint64_t>(config.keepalive_interval.count()) * (config.keepalive_count - 1);
     std::vector<std::pair<Ep*, Status>> failed;
     for (Ep& ep : worker.eps) {
-        if (!(ep.flags & kEpErrModePeer) || (ep.flags & (kEpFailed | kEpClosing))) continue;
+        // An idle endpoint has no connection to check (LOOM_LAZY_CONNECT): its first operation makes one.
+        if (!(ep.flags & kEpErrModePeer) || (ep.flags & kEpNotReady)) continue;
         for (std::uint8_t l = 0; l < ep.num_lanes; ++l) {
             const Lane& lane = ep.lanes[l];
             if (lane.ep == nullptr || lane.state == kLaneUnconnected) continue;

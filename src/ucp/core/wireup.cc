@@ -190,6 +190,14 @@ Ep* find_for_request(Worker& worker, std::uint64_t uuid, std::uint64_t src_id) {
     return nullptr;
 }
 
+/** Starts the LOOM_WIREUP_TIMEOUT deadline of wire-up state @p st, unless there is none or it runs already. */
+void start_deadline(Worker& worker, Worker::EpWireup& st) {
+    const auto timeout = worker.context.config().wireup_timeout;
+    if (timeout == ucs::config::kTimeInf || st.deadline != 0) return;
+    st.deadline = ucs::get_time() + ucs::ns_to_ticks(static_cast<std::uint64_t>(timeout.count()));
+    ++worker.wireup_waiting;
+}
+
 /** @p ep's lanes are all up: its wire-up deadline no longer applies. */
 void wireup_done(Worker& worker, Ep* ep) {
     auto st = worker.wireup_state.find(ep);
@@ -202,7 +210,11 @@ void wireup_done(Worker& worker, Ep* ep) {
 void on_request(Worker& worker, const WireupHdr& hdr, const UnpackedAddress& address,
                 const std::vector<LaneEntry>& entries) {
     if (hdr.num_lanes == 0) {
-        if (worker.ep_by_uuid.count(address.uuid) != 0) return;
+        if (auto it = worker.ep_by_uuid.find(address.uuid); it != worker.ep_by_uuid.end()) {
+            // The peer has an endpoint to us: ours, if idle, need not introduce itself.
+            it->second->flags &= ~kEpIdle;
+            return;
+        }
         // The peer will need replies (acknowledgements, rendezvous): an endpoint back to it.
         auto ep = worker.ep_create(address, true, 0);
         if (!ep) LOOM_LOG_WARN("ucp: cannot create the reply endpoint to {:016x}", address.uuid);
@@ -228,6 +240,11 @@ void on_request(Worker& worker, const WireupHdr& hdr, const UnpackedAddress& add
         s = Status::unreachable;
     } else {
         st->second.remote_id = hdr.src_ep_id;
+        if (ep->flags & kEpIdle) {
+            // Wired up from the peer's side: our reply introduces us, no request of ours is needed.
+            ep->flags &= ~kEpIdle;
+            start_deadline(worker, st->second);
+        }
         s = connect_lanes(worker, ep, address, entries, true, false);
         if (s == Status::ok) s = send_address_message(worker, ep, kWireupReply, hdr.src_ep_id);
     }
@@ -303,17 +320,37 @@ Status Worker::send_ctrl_on_lane(Ep* ep, std::uint8_t lane, uct::AmId id, const 
 
 Status Worker::send_wireup(Ep* ep) { return send_address_message(*this, ep, kWireupRequest, 0); }
 
+Status Worker::ep_first_use(Ep* ep) {
+    if (ep->flags & kEpFailed) return ep->failure;
+    if (ep->flags & kEpClosing) return Status::not_connected;
+    ep->flags &= ~kEpIdle;
+    wireup_ep_woken(*this, ep);
+    if (Status s = send_wireup(ep); s != Status::ok) {
+        LOOM_LOG_ERROR("ucp: endpoint to worker {:016x}: cannot send its wire-up request: {}", ep->remote_uuid,
+                       to_string(s));
+        ep_fail(ep, s);
+        return s;
+    }
+    return Status::ok;
+}
+
 void wireup_ep_created(Worker& worker, Ep* ep) {
     if (!has_ep_to_ep_lanes(worker, *ep)) return;
     const std::uint64_t id = worker.next_wireup_id++;
-    const auto timeout = worker.context.config().wireup_timeout;
-    ucs::Ticks deadline = 0;
-    if (timeout != ucs::config::kTimeInf) {
-        deadline = ucs::get_time() + ucs::ns_to_ticks(static_cast<std::uint64_t>(timeout.count()));
-        ++worker.wireup_waiting;
-    }
-    worker.wireup_state[ep] = Worker::EpWireup{id, 0, deadline};
+    Worker::EpWireup& st = worker.wireup_state[ep] = Worker::EpWireup{id, 0, 0};
     worker.wireup_by_id[id] = ep;
+    if (!(ep->flags & kEpIdle)) start_deadline(worker, st);
+}
+
+void wireup_ep_woken(Worker& worker, Ep* ep) {
+    auto st = worker.wireup_state.find(ep);
+    if (st == worker.wireup_state.end()) return;
+    for (std::uint8_t i = 0; i < ep->num_lanes; ++i) {
+        if (ep->lanes[i].state != kLaneReady) {
+            start_deadline(worker, st->second);
+            return;
+        }
+    }
 }
 
 unsigned wireup_check_deadlines(Worker& worker) {

@@ -977,6 +977,8 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
         }
         params.on_error = uct_ep_error;
         params.on_error_arg = &ep;
+        // Every lane, not only an idle endpoint's: a rendezvous rail opens on its first GET.
+        params.connect_on_first_use = worker.context.config().lazy_connect;
         auto uep = wi.iface->ep_create(params);
         if (!uep) {
             LOOM_LOG_ERROR("ucp: cannot connect {} on {} to the peer: {}", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name,

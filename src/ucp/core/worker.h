@@ -206,6 +206,13 @@ public:
     Status send_wireup(Ep* ep);
 
     /**
+     * The checks of an API call on @p ep that found one of kEpNotReady: the status to
+     * return for a failed or closing endpoint; for an idle one (its first operation), sends
+     * its wire-up request and returns ok, or fails it with the error.
+     */
+    LOOM_COLD Status ep_first_use(Ep* ep);
+
+    /**
      * Sends a control message on lane @p lane of @p ep: the AM lane goes through
      * send_ctrl (ordered with the endpoint's other sends), another lane through the same
      * send queue (send_request_start) on that lane. ok or an error.
@@ -444,8 +451,14 @@ ssize_t am_bcopy_bytes(uct::Ep* ep, uct::AmId id, const void* data, std::size_t 
 /** Handles a peer's wire-up message: request, reply or acknowledgement (src/ucp/core/wireup.cc). */
 Status wireup_handler(void* arg, void* data, std::size_t length, unsigned flags);
 
-/** Registers @p ep for wire-up when it has endpoint-to-endpoint lanes (wireup.cc). */
+/**
+ * Registers @p ep for wire-up when it has endpoint-to-endpoint lanes (wireup.cc); the
+ * LOOM_WIREUP_TIMEOUT deadline starts unless @p ep is idle (then at wireup_ep_woken).
+ */
 void wireup_ep_created(Worker& worker, Ep* ep);
+
+/** @p ep is idle no more: its wire-up deadline starts if its lanes still wait for the peer. */
+void wireup_ep_woken(Worker& worker, Ep* ep);
 
 /** Forgets @p ep's wire-up state (its lanes' queued messages were purged with the rest). */
 void wireup_ep_gone(Worker& worker, Ep* ep);

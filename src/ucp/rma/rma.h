@@ -122,7 +122,7 @@ struct RmaArgs {
 };
 
 /** The status of a check of rma_check that failed (logged); out of line. */
-Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
+Status rma_check_failed(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
                         unsigned access);
 
 /**
@@ -132,7 +132,7 @@ Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_
  */
 LOOM_ALWAYS_INLINE Status rma_check(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr,
                                     std::size_t length, unsigned access) {
-    if (LOOM_LIKELY(!(ep->flags & (kEpFailed | kEpClosing)) && rkey->remote_uuid == ep->remote_uuid &&
+    if (LOOM_LIKELY(!(ep->flags & kEpNotReady) && rkey->remote_uuid == ep->remote_uuid &&
                     rkey->iface == ep->lanes[rma_lane(ep)].iface && (rkey->features & kFeatureRma) &&
                     rkey->allows(remote_addr, length, access))) {
         return Status::ok;

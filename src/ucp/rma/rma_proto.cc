@@ -554,14 +554,16 @@ LOOM_COLD Status missing_feature(const char* what, const char* feature) {
 // --- entry points ----------------------------------------------------------------------------
 
 
-Status rma_check_failed(const Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
+Status rma_check_failed(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
                         unsigned access) {
     if (ep->flags & (kEpFailed | kEpClosing)) return ep_unusable(ep);
     if (rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface) {
         return foreign_key(ep, rkey);
     }
     if (!(rkey->features & kFeatureRma)) return missing_feature("put and get", "LOOM_FEATURE_RMA");
-    return outside_key(rkey, remote_addr, length, access);
+    if (!rkey->allows(remote_addr, length, access)) return outside_key(rkey, remote_addr, length, access);
+    // Only idle was left: the endpoint's first operation.
+    return ep->worker->ep_first_use(ep);
 }
 
 ssize_t rma_put_bcopy_bytes(uct::Ep* ep, const void* buffer, std::size_t length, std::uint64_t remote_addr,
@@ -588,7 +590,9 @@ void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const R
 
 Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned size,
                         std::uint64_t remote_addr) {
-    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) return ep_unusable(ep);
+    if (LOOM_UNLIKELY(ep->flags & kEpNotReady)) {
+        if (Status s = ep->worker->ep_first_use(ep); s != Status::ok) return s;
+    }
     if (LOOM_UNLIKELY(rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface)) {
         return foreign_key(ep, rkey);
     }

@@ -136,6 +136,12 @@ struct EpParams {
     /** Optional error callback, invoked from progress when the peer fails. */
     void (*on_error)(void* arg, Ep* ep, Status status) = nullptr;
     void* on_error_arg = nullptr;
+    /**
+     * Connect-to-iface: the transport may put off connecting until the endpoint's first
+     * operation (tcp opens its socket then); the endpoint is usable at once either way.
+     * Transports whose endpoints cost nothing until used ignore it.
+     */
+    bool connect_on_first_use = false;
 
     /** Client (kCapConnectToSockaddr): connect to the listener at this socket address (peer_sockaddr_len bytes). */
     const ::sockaddr* peer_sockaddr = nullptr;

@@ -179,14 +179,10 @@ Result<Ep*> TcpIface::ep_create(const EpParams& params) {
         LOOM_LOG_DEBUG("tcp/{}: endpoint to {} shares the connection the peer opened", device_.name, peer_name(conn));
         return static_cast<Ep*>(conn);
     }
-    auto* rx = static_cast<RxState*>(rx_pool_.get());
-    if (rx == nullptr) return Status::no_memory;
     auto* ep = new TcpEp{};
     ep->iface = this;
     ep->fd = -1;
-    ep->state = ConnState::connecting;
-    ep->rx = rx;
-    *rx = RxState{};
+    ep->state = ConnState::idle;
     ep->cold = new EpCold{};
     ep->cold->on_error = params.on_error;
     ep->cold->on_error_arg = params.on_error_arg;
@@ -194,19 +190,46 @@ Result<Ep*> TcpIface::ep_create(const EpParams& params) {
     ep->cold->peer.sin_addr.s_addr = dev.ip;
     ep->cold->peer.sin_port = addr.port;
     ep->cold->peer_cookie = addr.cookie;
+    idle_.push_back(*ep);
+    if (params.connect_on_first_use) {
+        LOOM_LOG_DEBUG("tcp/{}: endpoint to {} connects on its first operation", device_.name, peer_name(ep));
+        return static_cast<Ep*>(ep);
+    }
+    if (Status status = wake(ep); status != Status::ok) {
+        // The local system refused (no fds, no memory): nothing was attempted, the caller may retry.
+        ep_destroy(ep);
+        return status;
+    }
+    return static_cast<Ep*>(ep);
+}
+
+Status TcpIface::wake(TcpEp* ep) {
+    auto* rx = static_cast<RxState*>(rx_pool_.get());
+    if (rx == nullptr) return Status::no_memory;
+    *rx = RxState{};
+    ep->rx = rx;
+    ucs::List<TcpEp, &TcpEp::conn_link>::remove(*ep);
+    ep->state = ConnState::connecting;
     ep->cold->deadline = ucs::get_time() + conn_timeout_ticks_;
     ep->flags |= kEpTimed;
     ++ntimed_;
     conns_.push_back(*ep);
     ++nconns_;
     update_hot();
-    Status status = connect_socket(ep);
-    if (status == Status::no_resource || status == Status::io_error) {
-        // The local system refused (no fds): nothing was attempted, the caller may retry.
-        ep_destroy(ep);
-        return status;
+    const Status status = connect_socket(ep);
+    return status == Status::no_resource || status == Status::io_error ? status : Status::ok;
+}
+
+Status TcpIface::wake_on_send(TcpEp* ep) {
+    if (Status status = wake(ep); status != Status::ok) {
+        if (ep->state == ConnState::idle) {
+            LOOM_LOG_ERROR("tcp/{}: cannot start the connection to {}: {}", device_.name, peer_name(ep),
+                           to_string(status));
+            return status;  // nothing changed: the caller may retry
+        }
+        fail(ep, status);
     }
-    return static_cast<Ep*>(ep);
+    return ep->state == ConnState::failed ? ep->cold->error : Status::ok;
 }
 
 /** Starts a non-blocking connect; a failure to reach the peer goes through the retry logic. */
@@ -390,6 +413,9 @@ void TcpIface::on_conn_request(TcpEp* ep) {
         return;
     }
     if (!send_conn_reply(ep, Status::ok, req.source_cookie)) return;
+    // An endpoint of ours to the peer that has not connected yet (idle) takes this
+    // connection: one socket for the pair, and nothing more to open on its first send.
+    if (mine == nullptr && req.source_cookie != cookie_) mine = find_idle(req.source_cookie);
     if (mine != nullptr) {
         adopt(mine, ep);
         return;
@@ -425,11 +451,27 @@ TcpEp* TcpIface::find_conn(std::uint64_t peer_cookie, bool passive, bool connect
     return nullptr;
 }
 
-/** @p user (not connected yet) takes over the socket of @p accepted, which goes away. */
+TcpEp* TcpIface::find_idle(std::uint64_t peer_cookie) const {
+    for (const TcpEp& ep : idle_) {
+        if (ep.cold->peer_cookie == peer_cookie) return const_cast<TcpEp*>(&ep);
+    }
+    return nullptr;
+}
+
+/** @p user (not connected yet, or idle) takes over the socket of @p accepted, which goes away. */
 void TcpIface::adopt(TcpEp* user, TcpEp* accepted) {
     if (user->fd >= 0) {
         (void)epoll_.remove(user->fd);
         ::close(user->fd);
+    }
+    if (user->state == ConnState::idle) {
+        // Never woken: it has no receive state yet, and joins the connections.
+        user->rx = accepted->rx;
+        accepted->rx = nullptr;
+        user->state = ConnState::connecting;
+        ucs::List<TcpEp, &TcpEp::conn_link>::remove(*user);
+        conns_.push_back(*user);
+        ++nconns_;
     }
     user->fd = accepted->fd;
     accepted->fd = -1;
@@ -439,7 +481,7 @@ void TcpIface::adopt(TcpEp* user, TcpEp* accepted) {
     }
     user->rx->length = 0;  // a half-read answer to our own handshake is moot
     rx_release_if_idle(user);
-    free_rx(accepted->rx);
+    if (accepted->rx != nullptr) free_rx(accepted->rx);
     accepted->rx = nullptr;
     user->cold->peer = accepted->cold->peer;
     accepted->flags |= kEpDestroyed;

@@ -186,6 +186,9 @@ Status TcpIface::send_desc_incomplete(TcpEp* ep, TxDesc* desc, std::uint8_t* sta
 }
 
 Status TcpIface::stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total) {
+    if (ep->state == ConnState::idle) {
+        if (Status status = wake_on_send(ep); status != Status::ok) return status;
+    }
     TxDesc* desc = ep->tx;
     const std::size_t used = desc != nullptr ? desc->iov[0].iov_len : 0;
     if (used + total > kMaxHeaderRoom + seg_size_) return Status::no_resource;
@@ -576,6 +579,10 @@ Status tcp_atomic_cswap(Ep* base, T compare, T swap, std::uint64_t remote_addr, 
 Status tcp_pending_add(Ep* base, PendingReq* req, unsigned) {
     TcpEp* ep = tcp_ep(base);
     if (ep->state == ConnState::failed) return tcp_iface(ep)->not_ready(ep);
+    if (ep->state == ConnState::idle) {
+        // The request waits for the connection: start it.
+        if (Status status = tcp_iface(ep)->wake_on_send(ep); status != Status::ok) return status;
+    }
     if (ep->can_send() && ep->pending.empty()) return Status::busy;
     // Also while connecting: the request may not fit the staging buffer, so it waits for the connection.
     ep->pending.push_back(*req);

@@ -18,7 +18,9 @@
  * the lower side holds its answer to the higher side's handshake until its own
  * connection is up (so the race has one outcome). A second endpoint to the same peer
  * gets a connection of its own. Destroying an endpoint closes its connection; a peer
- * endpoint sharing it fails with connection_reset.
+ * endpoint sharing it fails with connection_reset. An endpoint created with
+ * connect_on_first_use is idle (no socket, no receive state, in TcpIface::idle_) until
+ * its first send, or until the peer's connection arrives and it takes that one.
  *
  * One connection per endpoint, no striping: on the development machine (2 cores,
  * loopback) a plain 1 MiB socket stream over two connections was slower than over one
@@ -27,6 +29,8 @@
  *
  * Connection states (both sides):
  *
+ *     idle --(first operation: wake)--> connecting                     (connect_on_first_use only)
+ *     idle --(the peer connects to us first: its connection is adopted)--> connected
  *     connecting --(connect done, ConnRequest sent)--> handshake --(ConnReply ok)--> connected
  *         ^  |                                   (passive: accepted, waiting for ConnRequest)
  *         |  +--(refused: retry after an interval, up to LOOM_TCP_CONN_RETRIES)
@@ -85,6 +89,7 @@ inline constexpr const char* kBulkCongestion = "reno";
 inline constexpr std::size_t kMaxRmaFrame = 1ull << 30;
 
 enum class ConnState : std::uint8_t {
+    idle,        ///< active, created with connect_on_first_use: no socket until the first operation (wake)
     connecting,  ///< active: connect() in flight, or waiting to retry (fd == -1)
     handshake,   ///< active: ConnRequest sent; passive: accepted, waiting for ConnRequest
     connected,
@@ -221,8 +226,11 @@ struct TcpEp : Ep {
     /** True when a new frame can be written now. */
     bool can_send() const { return state == ConnState::connected && tx == nullptr; }
 
-    /** True while the connection is being established: frames are staged (copied) until it is up. */
-    bool can_stage() const { return state == ConnState::connecting || state == ConnState::handshake; }
+    /**
+     * True while the connection is not up yet: frames are staged (copied) until it is (an
+     * idle endpoint starts connecting when the first one is staged).
+     */
+    bool can_stage() const { return state != ConnState::connected && state != ConnState::failed; }
 };
 static_assert(sizeof(TcpEp) <= 112, "tcp endpoints stay small: cold state lives in EpCold");
 

@@ -273,6 +273,7 @@ TcpIface::~TcpIface() {
     }
     hot_ = nullptr;
     --defer_free_;
+    while (TcpEp* ep = idle_.pop_front()) free_ep(ep);
     while (TcpEp* ep = zombies_.pop_front()) free_ep(ep);
     std::free(spare_large_);
     if (listen_fd_ >= 0) {
@@ -526,6 +527,7 @@ void TcpIface::ep_destroy(Ep* base) {
         ep->flags &= ~kEpFailPending;
         --nfailing_;
     }
+    const bool was_idle = ep->state == ConnState::idle;  // in idle_, not counted in nconns_
     if (ep->state != ConnState::failed) {
         ep->state = ConnState::failed;
         ep->cold->error = Status::canceled;
@@ -534,7 +536,7 @@ void TcpIface::ep_destroy(Ep* base) {
     teardown(ep, Status::canceled);
     ep->pending.clear();
     ucs::List<TcpEp, &TcpEp::conn_link>::remove(*ep);
-    --nconns_;
+    if (!was_idle) --nconns_;
     update_hot();
     // A handshake held for this endpoint's connection must not wait for it any more.
     if (!(ep->flags & kEpPassive)) release_deferred(ep->cold->peer_cookie);

@@ -139,6 +139,12 @@ public:
      */
     LOOM_COLD Status stage(TcpEp* ep, const iovec* iov, std::size_t iovcnt, std::size_t total);
 
+    /**
+     * The first operation on idle @p ep: wakes it. ok once it is connecting; else the
+     * status to return (the endpoint failed, or the system refused and it stays idle).
+     */
+    LOOM_COLD Status wake_on_send(TcpEp* ep);
+
     /** The status a send returns when @p ep cannot send now (no_resource, or the failure). */
     LOOM_COLD Status not_ready(TcpEp* ep) const;
 
@@ -238,6 +244,14 @@ private:
     void on_conn_reply(TcpEp* ep);
     void connection_up(TcpEp* ep);
     TcpEp* find_conn(std::uint64_t peer_cookie, bool passive, bool connected) const;
+    /** An idle endpoint (connect_on_first_use, not woken) to the iface with @p peer_cookie, or nullptr. */
+    TcpEp* find_idle(std::uint64_t peer_cookie) const;
+    /**
+     * Starts the connection of idle @p ep: receive state, the connecting set, connect().
+     * no_memory, no_resource or io_error when the local system refused (nothing changed
+     * but the receive state, or the endpoint is connecting and failed).
+     */
+    Status wake(TcpEp* ep);
     void adopt(TcpEp* user, TcpEp* accepted);
     void release_deferred(std::uint64_t peer_cookie);
     bool send_conn_reply(TcpEp* ep, Status verdict, std::uint64_t source_cookie);
@@ -289,6 +303,8 @@ private:
     ucs::MemPool reply_pool_;
     ucs::List<TcpEp, &TcpEp::conn_link> conns_;
     ucs::List<TcpEp, &TcpEp::conn_link> zombies_;
+    /** Endpoints created with connect_on_first_use and not used yet: no socket, not polled, not counted in nconns_. */
+    ucs::List<TcpEp, &TcpEp::conn_link> idle_;
     ucs::List<TcpEp, &TcpEp::pending_link> pending_eps_;
     unsigned nfailing_ = 0;    ///< connections with kEpFailPending
     unsigned ntimed_ = 0;      ///< connections with kEpTimed

@@ -1445,6 +1445,66 @@ INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(loom::test::verbs_
                          });
 
 /**
+ * LOOM_LAZY_CONNECT (the default): an endpoint from a worker address sends nothing until
+ * its first operation, so the peer makes no endpoint back; the first send wires it up.
+ * With LOOM_LAZY_CONNECT=n the peer has its endpoint back without any message.
+ */
+TEST_P(UcpTagTest, LazyEndpointIsUnknownToItsPeerUntilItsFirstSend) {
+    if (GetParam().self) GTEST_SKIP() << "one worker: its endpoint goes to itself, there is no peer to tell";
+    for (bool lazy : {true, false}) {
+        SCOPED_TRACE(lazy ? "lazy" : "LOOM_LAZY_CONNECT=n");
+        init({{"LOOM_LAZY_CONNECT", lazy ? "y" : "n"}});
+        loom::ucp::Worker& sw = *reinterpret_cast<loom_worker*>(sender_)->impl;
+        loom::ucp::Worker& rw = *reinterpret_cast<loom_worker*>(receiver_)->impl;
+        const auto* ep = reinterpret_cast<const loom::ucp::Ep*>(ep_);
+        EXPECT_EQ(lazy, (ep->flags & loom::ucp::kEpIdle) != 0);
+        if (lazy) {
+            for (int i = 0; i < 1000; ++i) progress();
+            EXPECT_EQ(0u, rw.ep_by_uuid.count(sw.uuid)) << "the peer heard of the idle endpoint";
+        } else {
+            ASSERT_TRUE(progress_until([&] { return rw.ep_by_uuid.count(sw.uuid) == 1; }, "the endpoint back"));
+        }
+        send_recv(8, true);
+        send_recv(1 << 20, false);  // rendezvous: the receiver answers on its endpoint back
+        EXPECT_EQ(0, ep->flags & loom::ucp::kEpIdle);
+        EXPECT_EQ(1u, rw.ep_by_uuid.count(sw.uuid));
+    }
+}
+
+/**
+ * Both sides create idle endpoints to each other; the peer's first send reaches the other
+ * side first: its request makes the other's idle endpoint known, which then sends (sync
+ * and rendezvous both ways) without a request of its own, and leaves no wire-up waiting.
+ */
+TEST_P(UcpTagTest, IdleEndpointIsIntroducedByThePeersFirstSend) {
+    if (GetParam().self) GTEST_SKIP() << "one worker: its endpoint goes to itself, there is no peer to tell";
+    loom_ep_h back = connect(receiver_, sender_);
+    ASSERT_NE(nullptr, back);
+    const auto* back_ep = reinterpret_cast<const loom::ucp::Ep*>(back);
+    EXPECT_NE(0, back_ep->flags & loom::ucp::kEpIdle);
+    send_recv(8, true);
+    EXPECT_EQ(0, back_ep->flags & loom::ucp::kEpIdle) << "the sender's request introduced it";
+    for (std::size_t size : {std::size_t{8}, std::size_t{1} << 20}) {
+        auto data = pattern(size, 3);
+        std::vector<char> out(size), out2(size);
+        loom_status_ptr_t r1 = loom_tag_recv_nbx(sender_, out.data(), size, 5, ~0ull, nullptr);
+        loom_status_ptr_t r2 = loom_tag_recv_nbx(receiver_, out2.data(), size, 6, ~0ull, nullptr);
+        loom_status_ptr_t s1 = loom_tag_send_sync_nbx(back, data.data(), size, 5, nullptr);
+        loom_status_ptr_t s2 = loom_tag_send_sync_nbx(ep_, data.data(), size, 6, nullptr);
+        ASSERT_EQ(LOOM_OK, wait(r1));
+        ASSERT_EQ(LOOM_OK, wait(r2));
+        ASSERT_EQ(LOOM_OK, wait(s1));
+        ASSERT_EQ(LOOM_OK, wait(s2));
+        EXPECT_EQ(data, out) << size;
+        EXPECT_EQ(data, out2) << size;
+    }
+    for (int i = 0; i < 100; ++i) progress();
+    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(receiver_)->impl->wireup_waiting) << "a wire-up deadline left running";
+    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(sender_)->impl->wireup_waiting) << "a wire-up deadline left running";
+    force_close(back);
+}
+
+/**
  * Endpoint-to-endpoint rc (LOOM_IB_CM=verbs: QPs connected by the protocol layer's
  * wire-up over tcp), where test/rdma/run_rdma_tests.sh runs it on RoCE devices. The
  * whole tag suite runs on this set too (verbs_tl_sets); these cases check the wire-up itself.

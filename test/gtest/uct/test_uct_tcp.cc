@@ -617,29 +617,40 @@ TEST_F(TcpTest, RefusedConnectionFailsAfterRetries) {
     std::vector<std::uint8_t> iface(reinterpret_cast<std::uint8_t*>(&closed),
                                     reinterpret_cast<std::uint8_t*>(&closed) + sizeof(closed));
 
-    IfaceParams params;
-    params.config_overrides = {{"TCP_CONN_RETRIES", "2"}, {"TCP_CONN_RETRY_INTERVAL", "1ms"}};
-    Worker worker;
-    auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
-    ASSERT_TRUE(opened.ok());
-    Iface& client = **opened;
-    loom::test::LogCapture capture("warn");
-    EpErrors errors;
-    EpParams ep_params;
-    ep_params.dev_addr = receiver_->device_address().data();
-    ep_params.dev_addr_len = receiver_->device_address().size();
-    ep_params.iface_addr = iface.data();
-    ep_params.iface_addr_len = iface.size();
-    ep_params.on_error = EpErrors::on_error;
-    ep_params.on_error_arg = &errors;
-    auto ep = client.ep_create(ep_params);
-    ASSERT_TRUE(ep.ok()) << "ep_create returns at once; the failure comes through on_error";
-    auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) (void)iface_progress(&client);
-    EXPECT_EQ(1, errors.calls);
-    EXPECT_EQ(Status::connection_refused, errors.status);
-    EXPECT_EQ(1, capture.count("connect to")) << capture.text();
-    client.ep_destroy(*ep);
+    for (bool lazy : {false, true}) {
+        SCOPED_TRACE(lazy ? "connect on first use" : "connect at creation");
+        IfaceParams params;
+        params.config_overrides = {{"TCP_CONN_RETRIES", "2"}, {"TCP_CONN_RETRY_INTERVAL", "1ms"}};
+        Worker worker;
+        auto opened = sender_->md().iface_open(lo_.tl, &worker, params);
+        ASSERT_TRUE(opened.ok());
+        Iface& client = **opened;
+        loom::test::LogCapture capture("warn");
+        EpErrors errors;
+        EpParams ep_params;
+        ep_params.dev_addr = receiver_->device_address().data();
+        ep_params.dev_addr_len = receiver_->device_address().size();
+        ep_params.iface_addr = iface.data();
+        ep_params.iface_addr_len = iface.size();
+        ep_params.on_error = EpErrors::on_error;
+        ep_params.on_error_arg = &errors;
+        ep_params.connect_on_first_use = lazy;
+        auto ep = client.ep_create(ep_params);
+        ASSERT_TRUE(ep.ok()) << "ep_create returns at once; the failure comes through on_error";
+        if (lazy) {
+            // Nothing is tried before the first operation; then it fails as an eager one does.
+            for (int i = 0; i < 200; ++i) (void)iface_progress(&client);
+            EXPECT_EQ(0, errors.calls);
+            EXPECT_EQ(0, capture.count("connect to")) << capture.text();
+            EXPECT_EQ(Status::ok, ep_am_short(*ep, kAmId, 1, nullptr, 0)) << "staged";
+        }
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) (void)iface_progress(&client);
+        EXPECT_EQ(1, errors.calls);
+        EXPECT_EQ(Status::connection_refused, errors.status);
+        EXPECT_EQ(1, capture.count("connect to")) << capture.text();
+        client.ep_destroy(*ep);
+    }
 }
 
 TEST_F(TcpTest, OnErrorMayDestroyTheEndpoint) {
@@ -1011,6 +1022,57 @@ TEST_F(TcpTest, EndpointPairSharesOneConnection) {
             std::memcpy(&y, at_b.messages[i + 1].data(), 8);
             EXPECT_LT(x, y);
         }
+    }
+}
+
+/**
+ * connect_on_first_use (LOOM_LAZY_CONNECT): an endpoint opens no socket, and costs the
+ * peer nothing, until its first operation; a flush of it has nothing to wait for.
+ */
+TEST_F(TcpTest, LazyEndpointOpensNoSocketUntilItsFirstSend) {
+    Received got;
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &got, 0));
+    Ep* ep = sender_->connect_to(*receiver_, true);
+    spin(200);
+    EXPECT_EQ(0u, connections(*sender_));
+    EXPECT_EQ(0u, connections(*receiver_));
+    EXPECT_EQ(Status::ok, ep_flush(ep, 0, nullptr));
+    EXPECT_EQ(0u, connections(*sender_)) << "a flush does not connect";
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 7, nullptr, 0));
+    EXPECT_EQ(1u, connections(*sender_)) << "the first send connects";
+    ASSERT_TRUE(wait_for([&] { return got.messages.size() == 1; }));
+    std::uint64_t header = 0;
+    std::memcpy(&header, got.messages[0].data(), sizeof(header));
+    EXPECT_EQ(7u, header);
+    EXPECT_EQ(1u, connections(*receiver_));
+}
+
+/**
+ * An idle endpoint to a peer that connects to us first takes the peer's connection, so
+ * the pair still shares one socket and the idle side's first send needs no connect().
+ */
+TEST_F(TcpTest, IdleEndpointTakesTheConnectionThePeerOpens) {
+    Received at_sender, at_receiver;
+    ASSERT_EQ(Status::ok, sender_->iface().set_am_handler(kAmId, Received::handler, &at_sender, 0));
+    ASSERT_EQ(Status::ok, receiver_->iface().set_am_handler(kAmId, Received::handler, &at_receiver, 0));
+    Ep* idle = sender_->connect_to(*receiver_, true);
+    Ep* back = receiver_->connect_to(*sender_);
+    ASSERT_EQ(Status::ok, ep_am_short(back, kAmId, 1, nullptr, 0));
+    ASSERT_TRUE(wait_for([&] { return at_sender.messages.size() == 1; }));
+    spin(200);
+    EXPECT_EQ(1u, connections(*sender_));
+    EXPECT_EQ(1u, connections(*receiver_));
+    for (std::uint64_t i = 2; i <= 4; ++i) ASSERT_EQ(Status::ok, ep_am_short(idle, kAmId, i, nullptr, 0));
+    ASSERT_TRUE(wait_for([&] { return at_receiver.messages.size() == 3; }));
+    ASSERT_EQ(Status::ok, ep_am_short(back, kAmId, 5, nullptr, 0));
+    ASSERT_TRUE(wait_for([&] { return at_sender.messages.size() == 2; }));
+    spin(200);
+    EXPECT_EQ(1u, connections(*sender_)) << "the idle endpoint opened a socket of its own";
+    EXPECT_EQ(1u, connections(*receiver_));
+    for (std::size_t i = 0; i < at_receiver.messages.size(); ++i) {
+        std::uint64_t header = 0;
+        std::memcpy(&header, at_receiver.messages[i].data(), sizeof(header));
+        EXPECT_EQ(i + 2, header);
     }
 }
 

@@ -76,7 +76,7 @@ Entity::~Entity() {
     md_.reset();
 }
 
-Ep* Entity::connect_to(Entity& peer) {
+Ep* Entity::connect_to(Entity& peer, bool on_first_use) {
     if (!(attr_.cap_flags & kCapConnectToIface) && (attr_.cap_flags & kCapConnectToEp)) {
         // Endpoint to endpoint: one endpoint on each side, connected to the other's address.
         auto ep = iface_->ep_create(EpParams{});
@@ -103,6 +103,7 @@ Ep* Entity::connect_to(Entity& peer) {
     params.dev_addr_len = peer.dev_addr_.size();
     params.iface_addr = peer.iface_addr_.data();
     params.iface_addr_len = peer.iface_addr_.size();
+    params.connect_on_first_use = on_first_use;
     auto ep = iface_->ep_create(params);
     if (!ep) throw std::runtime_error("ep_create failed: " + std::string(to_string(ep.status())));
     eps_.push_back(*ep);

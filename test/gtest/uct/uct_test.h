@@ -49,9 +49,9 @@ public:
     /**
      * Creates an endpoint to @p peer: connect-to-iface where the transport has it, else
      * endpoint to endpoint (an endpoint on @p peer too, owned by @p peer, the two connected
-     * to each other's addresses).
+     * to each other's addresses). @p on_first_use: EpParams::connect_on_first_use.
      */
-    Ep* connect_to(Entity& peer);
+    Ep* connect_to(Entity& peer, bool on_first_use = false);
 
     /** Destroys an endpoint created by connect_to. */
     void destroy_ep(Ep* ep);
