@@ -412,7 +412,13 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
                 return C(created.status());
             }
             e = *created;
-            if (lazy) {
+            if (lazy && !ep_saves_by_waiting(w, *e)) {
+                // Nothing to put off (shm is attached already): introduce it now, so the
+                // peer makes its endpoint back while the application creates the next ones.
+                e->flags &= ~kEpIdle;
+                wireup_ep_woken(w, e);
+            }
+            if (e->flags & kEpIdle) {
                 LOOM_LOG_DEBUG("ucp: endpoint to worker {:016x} connects on its first operation", e->remote_uuid);
             } else if (Status s = w.send_wireup(e); s != Status::ok) {
                 w.ep_destroy(e, Status::canceled);

@@ -99,12 +99,14 @@ const RegisteredTable<ContextConfig> g_table{
               "LOOM_NET_DEVICES leave those transports out. inf: wait for ever.",
               &ContextConfig::wireup_timeout, TimeParser().allow_inf()),
         field("LAZY_CONNECT", "y",
-              "An endpoint created from a worker address connects on its first operation (a "
-              "send, put, get or atomic): until then it sends nothing, tcp opens no socket, and "
-              "the peer makes no endpoint back. A job that creates an endpoint to every rank "
-              "pays only for the peers it talks to; an unreachable peer is reported by the "
-              "first operation instead. Endpoints of a listener or to a socket address connect "
-              "at once. n: every endpoint connects when it is created. See docs/protocols.md.",
+              "An endpoint created from a worker address with a connection to put off (tcp, "
+              "or rc wired up endpoint to endpoint) connects on its first operation (a send, "
+              "put, get or atomic): until then it sends nothing, tcp opens no socket, and the "
+              "peer makes no endpoint back. A job that creates an endpoint to every rank pays "
+              "only for the peers it talks to; an unreachable peer is reported by the first "
+              "operation instead. Endpoints over shm alone, of a listener or to a socket "
+              "address connect at once. n: every endpoint connects when it is created. See "
+              "docs/protocols.md.",
               &ContextConfig::lazy_connect, BoolParser()),
         field("KEEPALIVE_INTERVAL", "2s",
               "Keep-alive of endpoints created with error handling mode peer: a peer host that "

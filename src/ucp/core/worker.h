@@ -463,6 +463,14 @@ void wireup_ep_woken(Worker& worker, Ep* ep);
 /** Forgets @p ep's wire-up state (its lanes' queued messages were purged with the rest). */
 void wireup_ep_gone(Worker& worker, Ep* ep);
 
+/**
+ * Whether @p ep gains by staying idle until its first operation (LOOM_LAZY_CONNECT): a
+ * lane whose transport puts off its connection (uct::kCapConnectOnFirstUse: tcp's
+ * sockets), or endpoint-to-endpoint lanes (their wire-up). An endpoint over shm alone
+ * has nothing to put off (worker.cc).
+ */
+bool ep_saves_by_waiting(const Worker& worker, const Ep& ep);
+
 /** Lane selection for an endpoint (worker.cc). */
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain);
 

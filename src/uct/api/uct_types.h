@@ -154,6 +154,11 @@ enum IfaceCap : std::uint64_t {
      * TCP_USER_TIMEOUT; self: cannot happen).
      */
     kCapEpCheck = 1ull << 20,
+    /**
+     * EpParams::connect_on_first_use puts off a connection that costs something to keep
+     * (tcp: a socket on each side): an endpoint never used costs none.
+     */
+    kCapConnectOnFirstUse = 1ull << 21,
 };
 
 /** Device types, for reporting and for the protocol layer's choices. */
