@@ -419,7 +419,8 @@ loom_status_t loom_ep_create(loom_worker_h worker, const loom_ep_params_t* param
                 wireup_ep_woken(w, e);
             }
             if (e->flags & kEpIdle) {
-                LOOM_LOG_DEBUG("ucp: endpoint to worker {:016x} connects on its first operation", e->remote_uuid);
+                LOOM_LOG_DEBUG("ucp: endpoint to worker {:016x} connects on its first operation",
+                               e->remote_uuid);
             } else if (Status s = w.send_wireup(e); s != Status::ok) {
                 w.ep_destroy(e, Status::canceled);
                 if (request != nullptr) Listener::reject(request);

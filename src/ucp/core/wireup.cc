@@ -190,7 +190,7 @@ Ep* find_for_request(Worker& worker, std::uint64_t uuid, std::uint64_t src_id) {
     return nullptr;
 }
 
-/** Starts the LOOM_WIREUP_TIMEOUT deadline of wire-up state @p st, unless there is none or it runs already. */
+/** Starts wire-up state @p st's LOOM_WIREUP_TIMEOUT deadline, unless there is none or it runs. */
 void start_deadline(Worker& worker, Worker::EpWireup& st) {
     const auto timeout = worker.context.config().wireup_timeout;
     if (timeout == ucs::config::kTimeInf || st.deadline != 0) return;
@@ -326,8 +326,8 @@ Status Worker::ep_first_use(Ep* ep) {
     ep->flags &= ~kEpIdle;
     wireup_ep_woken(*this, ep);
     if (Status s = send_wireup(ep); s != Status::ok) {
-        LOOM_LOG_ERROR("ucp: endpoint to worker {:016x}: cannot send its wire-up request: {}", ep->remote_uuid,
-                       to_string(s));
+        LOOM_LOG_ERROR("ucp: endpoint to worker {:016x}: cannot send its wire-up request: {}",
+                       ep->remote_uuid, to_string(s));
         ep_fail(ep, s);
         return s;
     }

@@ -553,7 +553,6 @@ LOOM_COLD Status missing_feature(const char* what, const char* feature) {
 
 // --- entry points ----------------------------------------------------------------------------
 
-
 Status rma_check_failed(Ep* ep, const RmaRkey* rkey, std::uint64_t remote_addr, std::size_t length,
                         unsigned access) {
     if (ep->flags & (kEpFailed | kEpClosing)) return ep_unusable(ep);

@@ -93,7 +93,7 @@ enum class ConnState : std::uint8_t {
     connecting,  ///< active: connect() in flight, or waiting to retry (fd == -1)
     handshake,   ///< active: ConnRequest sent; passive: accepted, waiting for ConnRequest
     connected,
-    failed,      ///< unusable: cold->error says why
+    failed,  ///< unusable: cold->error says why
 };
 
 /** TcpEp::flags bits. */

@@ -286,8 +286,7 @@ Status TcpIface::query(IfaceAttr& attr) const {
     attr = {};
     attr.cap_flags = kCapAmShort | kCapAmBcopy | kCapAmZcopy | kCapPending | kCapPutShort | kCapPutBcopy |
                      kCapPutZcopy | kCapGetBcopy | kCapGetZcopy | kCapAtomic32 | kCapAtomic64 |
-                     kCapConnectToIface | kCapErrHandlingPeerFailure | kCapEventRecv |
-                     kCapConnectOnFirstUse;
+                     kCapConnectToIface | kCapErrHandlingPeerFailure | kCapEventRecv | kCapConnectOnFirstUse;
     std::size_t max_bcopy = max_am_bcopy();
     attr.am = {.max_short = max_short_, .max_bcopy = max_bcopy, .min_zcopy = 0, .max_zcopy = config_.max_am,
                .max_iov = kMaxIov, .opt_zcopy_align = 1, .max_hdr = kMaxAmZcopyHeader};

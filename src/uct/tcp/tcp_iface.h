@@ -303,7 +303,8 @@ private:
     ucs::MemPool reply_pool_;
     ucs::List<TcpEp, &TcpEp::conn_link> conns_;
     ucs::List<TcpEp, &TcpEp::conn_link> zombies_;
-    /** Endpoints created with connect_on_first_use and not used yet: no socket, not polled, not counted in nconns_. */
+    /** Endpoints created with connect_on_first_use and not used yet: no socket, not polled, not counted in
+     * nconns_. */
     ucs::List<TcpEp, &TcpEp::conn_link> idle_;
     ucs::List<TcpEp, &TcpEp::pending_link> pending_eps_;
     unsigned nfailing_ = 0;    ///< connections with kEpFailPending

@@ -1474,7 +1474,8 @@ TEST_P(UcpTagTest, LazyEndpointIsUnknownToItsPeerUntilItsFirstSend) {
             for (int i = 0; i < 1000; ++i) progress();
             EXPECT_EQ(0u, rw.ep_by_uuid.count(sw.uuid)) << "the peer heard of the idle endpoint";
         } else {
-            ASSERT_TRUE(progress_until([&] { return rw.ep_by_uuid.count(sw.uuid) == 1; }, "the endpoint back"));
+            ASSERT_TRUE(
+                progress_until([&] { return rw.ep_by_uuid.count(sw.uuid) == 1; }, "the endpoint back"));
         }
         send_recv(8, true);
         send_recv(1 << 20, false);  // rendezvous: the receiver answers on its endpoint back
@@ -1512,8 +1513,10 @@ TEST_P(UcpTagTest, IdleEndpointIsIntroducedByThePeersFirstSend) {
         EXPECT_EQ(data, out2) << size;
     }
     for (int i = 0; i < 100; ++i) progress();
-    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(receiver_)->impl->wireup_waiting) << "a wire-up deadline left running";
-    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(sender_)->impl->wireup_waiting) << "a wire-up deadline left running";
+    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(receiver_)->impl->wireup_waiting)
+        << "a wire-up deadline left running";
+    EXPECT_EQ(0u, reinterpret_cast<loom_worker*>(sender_)->impl->wireup_waiting)
+        << "a wire-up deadline left running";
     force_close(back);
 }
 

@@ -645,7 +645,8 @@ TEST_F(TcpTest, RefusedConnectionFailsAfterRetries) {
             EXPECT_EQ(Status::ok, ep_am_short(*ep, kAmId, 1, nullptr, 0)) << "staged";
         }
         auto deadline = std::chrono::steady_clock::now() + 10s;
-        while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline) (void)iface_progress(&client);
+        while (errors.calls == 0 && std::chrono::steady_clock::now() < deadline)
+            (void)iface_progress(&client);
         EXPECT_EQ(1, errors.calls);
         EXPECT_EQ(Status::connection_refused, errors.status);
         EXPECT_EQ(1, capture.count("connect to")) << capture.text();
