@@ -1485,6 +1485,30 @@ TEST_P(UcpTagTest, LazyEndpointIsUnknownToItsPeerUntilItsFirstSend) {
 }
 
 /**
+ * An idle endpoint (never used) flushes and closes gracefully at once, and its peer never
+ * hears of it; a new endpoint to the same worker then works as the first would have.
+ */
+TEST_P(UcpTagTest, IdleEndpointClosesWithoutAWord) {
+    if (GetParam().self) GTEST_SKIP() << "one worker: its endpoint goes to itself, there is no peer to tell";
+    loom::ucp::Worker& sw = *reinterpret_cast<loom_worker*>(sender_)->impl;
+    loom::ucp::Worker& rw = *reinterpret_cast<loom_worker*>(receiver_)->impl;
+    const auto* ep = reinterpret_cast<const loom::ucp::Ep*>(ep_);
+    const bool idle = waits_for_first_use(GetParam());
+    EXPECT_EQ(idle, (ep->flags & loom::ucp::kEpIdle) != 0);
+    EXPECT_EQ(LOOM_OK, wait(loom_ep_flush_nbx(ep_, nullptr)));
+    EXPECT_EQ(LOOM_OK, wait(loom_ep_close_nbx(ep_, nullptr)));
+    ep_ = nullptr;
+    for (int i = 0; i < 1000; ++i) progress();
+    if (idle) {
+        EXPECT_EQ(0u, rw.ep_by_uuid.count(sw.uuid)) << "the peer heard of the idle endpoint";
+    }
+    ep_ = connect(sender_, receiver_);
+    ASSERT_NE(nullptr, ep_);
+    send_recv(8, true);
+    send_recv(1 << 20, true);
+}
+
+/**
  * Both sides create endpoints to each other (idle where they wait for their first use);
  * the sender's first send reaches the other side first: its request makes the other's
  * idle endpoint known, which then sends (sync and rendezvous both ways) without a request
