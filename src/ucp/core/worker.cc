@@ -15,6 +15,7 @@
 #include <random>
 
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 namespace loom::ucp {
@@ -224,6 +225,12 @@ Status Worker::init_wakeup() {
         return Status::ok;
     };
     if (Status s = add(wake_signal_.fd(), "the worker signal"); s != Status::ok) return s;
+    deadline_timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (deadline_timer_ < 0) {
+        LOOM_LOG_ERROR("ucp: cannot create the worker's deadline timer: {}", std::strerror(errno));
+        return Status::no_resource;
+    }
+    if (Status s = add(deadline_timer_, "the deadline timer"); s != Status::ok) return s;
     for (WorkerIface& wi : ifaces) {
         auto fd = wi.iface->event_fd();
         if (!fd) {
@@ -247,6 +254,7 @@ Status Worker::arm() {
         completed_since_arm_ = false;
         result = Status::busy;
     }
+    if (arm_deadline_timer() == Status::busy) result = Status::busy;
     for (WorkerIface& wi : ifaces) {
         Status s = wi.iface->event_arm();
         if (s == Status::busy) {
@@ -256,6 +264,31 @@ Status Worker::arm() {
         }
     }
     return result;
+}
+
+Status Worker::arm_deadline_timer() {
+    ucs::Ticks next = deadlines.empty() ? UINT64_MAX : next_deadline;
+    for (const auto& [ep, st] : wireup_state) {
+        if (st.deadline != 0) next = std::min(next, st.deadline);
+    }
+    itimerspec spec{};
+    if (next != UINT64_MAX) {
+        const ucs::Ticks now = ucs::get_time();
+        if (next <= now) return Status::busy;  // due: progress expires it now
+        // At least 1 ns (0 would disarm); the deadline check itself happens in progress.
+        const std::uint64_t ns = std::max<std::uint64_t>(ucs::ticks_to_ns(next - now), 1);
+        spec.it_value.tv_sec = static_cast<time_t>(ns / 1000000000);
+        spec.it_value.tv_nsec = static_cast<long>(ns % 1000000000);
+    } else if (!deadline_timer_armed_) {
+        return Status::ok;  // nothing to disarm: no system call
+    }
+    // Setting the timer also clears an expiry not read yet, so a fired timer stops waking.
+    if (::timerfd_settime(deadline_timer_, 0, &spec, nullptr) != 0) {
+        LOOM_LOG_ERROR("ucp: cannot arm the worker's deadline timer: {}", std::strerror(errno));
+        return Status::busy;  // the caller progresses instead of sleeping past a deadline
+    }
+    deadline_timer_armed_ = next != UINT64_MAX;
+    return Status::ok;
 }
 
 Status Worker::wait() {
@@ -326,6 +359,7 @@ Worker::~Worker() {
         if ((*f)->destroy != nullptr && family_state[(*f)->slot] != nullptr) (*f)->destroy(*this);
     }
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (deadline_timer_ >= 0) ::close(deadline_timer_);
 }
 
 // --- flush and close ---------------------------------------------------------------------

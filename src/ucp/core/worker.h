@@ -360,6 +360,8 @@ public:
     const ProtoTable* proto_table(const Ep& ep);
 
 private:
+    /** Arms deadline_timer_ for the earliest deadline (disarms it when none): busy when one is due now. */
+    Status arm_deadline_timer();
     /** Publishes @p req's completion and runs its callback; the last access to @p req. */
     void report_completion(Request* req);
     /** Reports the completions defer_callback() queued. */
@@ -385,6 +387,13 @@ private:
 
     int epoll_fd_ = -1;
     ucs::EventFd wake_signal_;
+    /**
+     * A timerfd in the worker's epoll set, armed by arm() for the earliest deadline of an
+     * operation (LOOM_OP_ATTR_FIELD_DEADLINE) or a wire-up: a worker asleep wakes when one
+     * is due, so the operation expires without anything else arriving.
+     */
+    int deadline_timer_ = -1;
+    bool deadline_timer_armed_ = false;
     bool completed_since_arm_ = false;  ///< multi: a request completed since the last arm()
 
     explicit Worker(Context& ctx, uct::ThreadMode mode) : context(ctx), uct_worker(mode) {}

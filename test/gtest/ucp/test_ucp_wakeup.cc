@@ -181,6 +181,31 @@ TEST_P(UcpWakeupTest, SignalWakesAWaitingThreadAndMakesArmBusy) {
     EXPECT_TRUE(woke);
 }
 
+/**
+ * A worker asleep with a request whose deadline (LOOM_OP_ATTR_FIELD_DEADLINE) is pending
+ * wakes when it is due, with nothing arriving, and the request then times out: a caller
+ * that sleeps on the event fd (asyncio, MPI progress threads) is not left waiting for ever.
+ */
+TEST_P(UcpWakeupTest, ArmedWorkerWakesAtARequestsDeadline) {
+    Pair pair(GetParam().tls, GetParam().self, LOOM_FEATURE_TAG | LOOM_FEATURE_WAKEUP);
+    ASSERT_TRUE(pair.ok());
+    int fd = -1;
+    ASSERT_EQ(LOOM_OK, loom_worker_get_efd(pair.receiver, &fd));
+    std::uint64_t got = 0;
+    loom_request_param_t p{};
+    p.op_attr_mask = LOOM_OP_ATTR_FIELD_DEADLINE;
+    p.deadline_ns = 300 * 1000000ull;
+    loom_status_ptr_t r = loom_tag_recv_nbx(pair.receiver, &got, sizeof(got), 9, ~0ull, &p);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(r));
+    ASSERT_TRUE(Pair::quiesce_and_arm(pair.receiver));
+    ASSERT_EQ(LOOM_INPROGRESS, loom_request_check_status(r)) << "armed before the deadline";
+    EXPECT_TRUE(readable(fd, 10000)) << "nothing arrives: only the deadline can wake the worker";
+    EXPECT_EQ(LOOM_ERR_TIMED_OUT, pair.wait(r));
+    // With no deadline left the timer is off: an armed, idle worker's fd stays quiet.
+    ASSERT_TRUE(Pair::quiesce_and_arm(pair.receiver));
+    EXPECT_FALSE(readable(fd, 0));
+}
+
 TEST_P(UcpWakeupTest, ArmedWorkerIsWokenByAMessage) {
     if (GetParam().self) GTEST_SKIP() << "self delivers inside the send: there is nothing to wait for";
     Pair pair(GetParam().tls, false, LOOM_FEATURE_TAG | LOOM_FEATURE_WAKEUP);
