@@ -323,6 +323,7 @@ Status Worker::send_wireup(Ep* ep) { return send_address_message(*this, ep, kWir
 Status Worker::ep_first_use(Ep* ep) {
     if (ep->flags & kEpFailed) return ep->failure;
     if (ep->flags & kEpClosing) return Status::not_connected;
+    if (!(ep->flags & kEpIdle)) return Status::ok;
     ep->flags &= ~kEpIdle;
     wireup_ep_woken(*this, ep);
     if (Status s = send_wireup(ep); s != Status::ok) {
@@ -332,6 +333,16 @@ Status Worker::ep_first_use(Ep* ep) {
         return s;
     }
     return Status::ok;
+}
+
+bool ep_saves_by_waiting(const Worker& worker, const Ep& ep) {
+    for (unsigned i = 0; i < ep.num_lanes; ++i) {
+        if (lane_is_ep_to_ep(worker, ep, i) ||
+            (worker.ifaces[ep.lanes[i].iface].attr.cap_flags & uct::kCapConnectOnFirstUse)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 void wireup_ep_created(Worker& worker, Ep* ep) {

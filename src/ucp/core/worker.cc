@@ -1113,14 +1113,6 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
     return Status::ok;
 }
 
-bool ep_saves_by_waiting(const Worker& worker, const Ep& ep) {
-    for (unsigned i = 0; i < ep.num_lanes; ++i) {
-        const std::uint64_t caps = worker.ifaces[ep.lanes[i].iface].attr.cap_flags;
-        if ((caps & uct::kCapConnectOnFirstUse) || !(caps & uct::kCapConnectToIface)) return true;
-    }
-    return false;
-}
-
 std::uint32_t fast_path_limit(const Ep& ep, ProtoOp op) {
     return static_cast<std::uint32_t>(std::min<std::size_t>(ep.protos->fast_path_limit(op), UINT32_MAX));
 }

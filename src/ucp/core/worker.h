@@ -476,7 +476,7 @@ void wireup_ep_gone(Worker& worker, Ep* ep);
  * Whether @p ep gains by staying idle until its first operation (LOOM_LAZY_CONNECT): a
  * lane whose transport puts off its connection (uct::kCapConnectOnFirstUse: tcp's
  * sockets), or endpoint-to-endpoint lanes (their wire-up). An endpoint over shm alone
- * has nothing to put off (worker.cc).
+ * has nothing to put off (wireup.cc).
  */
 bool ep_saves_by_waiting(const Worker& worker, const Ep& ep);
 

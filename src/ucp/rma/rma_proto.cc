@@ -589,9 +589,7 @@ void rma_start_transfer(Request* req, Ep* ep, std::uint64_t remote_addr, const R
 
 Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned size,
                         std::uint64_t remote_addr) {
-    if (LOOM_UNLIKELY(ep->flags & kEpNotReady)) {
-        if (Status s = ep->worker->ep_first_use(ep); s != Status::ok) return s;
-    }
+    if (LOOM_UNLIKELY(ep->flags & (kEpFailed | kEpClosing))) return ep_unusable(ep);
     if (LOOM_UNLIKELY(rkey->remote_uuid != ep->remote_uuid || rkey->iface != ep->lanes[rma_lane(ep)].iface)) {
         return foreign_key(ep, rkey);
     }
@@ -621,6 +619,8 @@ Status rma_atomic_check(Ep* ep, const RmaRkey* rkey, uct::AtomicOp op, unsigned 
         }
         return Status::unsupported;
     }
+    // Checked: an idle endpoint's first operation (a refused one does not wake it).
+    if (LOOM_UNLIKELY(ep->flags & kEpIdle)) return ep->worker->ep_first_use(ep);
     return Status::ok;
 }
 
