@@ -56,7 +56,8 @@ failed() {
 
 # What runs for one build (in the VM, or on this machine's devices): device facts, the uct
 # suites over rc, then the protocol layer's suites over rc (the Verbs/* instances), once per
-# device kind: the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES.
+# device kind: the first device of each driver (rxe0 and siw0 in the VM), or LOOMTEST_UCP_DEVICES
+# (the sanitizer build: the first of them only). Each step's banner says when it started.
 # shellcheck disable=SC2016
 suite_script='
     # tap_to_gtest PREFIX INDENT FILE: a TAP script'"'"'s output with its results as gtest-style
@@ -71,18 +72,28 @@ suite_script='
             /^not ok /      { print "[  FAILED  ] " name($0) " (0 ms)"; next }
             { print ind $0 }'"'"' "$3"
     }
+    # step TEXT: a step'"'"'s banner, with the seconds since the suite started (where the time goes).
+    step() { echo "== $* [at ${SECONDS} s]"; }
     "$1" -d 2>&1
-    echo "== transport layer (gtest-uct $3) over rc"
+    step "transport layer (gtest-uct $3) over rc"
     "$2" --gtest_filter="$3"; rc=$?
     devices=${LOOMTEST_UCP_DEVICES:-$(ls /sys/class/infiniband 2>/dev/null | sort | awk "{d=\$1; sub(/[0-9]+\$/, \"\", d); if (!(d in seen)) {seen[d]=1; print \$1\":1\"}}")}
-    for dev in $devices; do
-        echo "== protocol layer (gtest-ucp Verbs/*) over rc on $dev"
+    # The sanitizer build runs the protocol layer on the first device only (rxe0 in the VM):
+    # its point is the memory handling of code that is the same on every device, and the
+    # regular build covers the other kinds; the uct suites above ran on every device.
+    ucp_devices=$devices
+    if [ -n "${LOOM_RDMA_SANITIZER:-}" ]; then
+        ucp_devices=${devices%%[[:space:]]*}
+        step "sanitizer build: the protocol layer and loom_perftest over $ucp_devices only (the regular build runs every device)"
+    fi
+    for dev in $ucp_devices; do
+        step "protocol layer (gtest-ucp Verbs/*) over rc on $dev"
         LOOMTEST_UCP_VERBS=1 LOOM_NET_DEVICES=$dev "$4" --gtest_filter="Verbs/*" || rc=1
         # InfiniBand and RoCE devices (node type 1, a CA; iWARP is an RNIC) also connect QP
         # to QP, wired up by the protocol layer over tcp.
         case $(cat "/sys/class/infiniband/${dev%%:*}/node_type" 2>/dev/null) in
         1*)
-            echo "== protocol layer (gtest-ucp Verbs/*) over rc on $dev, endpoint to endpoint (LOOM_IB_CM=verbs)"
+            step "protocol layer (gtest-ucp Verbs/*) over rc on $dev, endpoint to endpoint (LOOM_IB_CM=verbs)"
             LOOMTEST_UCP_VERBS=1 LOOM_IB_CM=verbs LOOM_NET_DEVICES=$dev,lo "$4" --gtest_filter="Verbs/*" || rc=1
             ;;
         esac
@@ -93,22 +104,22 @@ suite_script='
         rails=$(ls /sys/class/infiniband 2>/dev/null | grep -E "^$kind[0-9]+\$" | sort | head -2 | sed "s/\$/:1/" | paste -sd, -)
         case $rails in
         *,*)
-            echo "== protocol layer, multi-rail (gtest-ucp Verbs/UcpRailsTest.*) over rc on $rails"
+            step "protocol layer, multi-rail (gtest-ucp Verbs/UcpRailsTest.*) over rc on $rails"
             LOOMTEST_UCP_VERBS=1 LOOMTEST_RAILS=1 LOOM_NET_DEVICES=$rails "$4" --gtest_filter="Verbs/UcpRailsTest.*" || rc=1
             if [ "$kind" = rxe ]; then
-                echo "== protocol layer, multi-rail over rc on $rails, endpoint to endpoint (LOOM_IB_CM=verbs)"
+                step "protocol layer, multi-rail over rc on $rails, endpoint to endpoint (LOOM_IB_CM=verbs)"
                 LOOMTEST_UCP_VERBS=1 LOOMTEST_RAILS=1 LOOM_IB_CM=verbs LOOM_NET_DEVICES=$rails,lo "$4" \
                     --gtest_filter="Verbs/UcpRailsTest.*" || rc=1
             fi
             ;;
-        *) echo "== multi-rail over $kind: fewer than two $kind devices here, not run" ;;
+        *) step "multi-rail over $kind: fewer than two $kind devices here, not run" ;;
         esac
     done
     # loom_perftest between two processes over rc, as a user runs it (a server, then a
     # client naming it): a case passes when the client prints its Final: line and both exit 0.
     final="^Final: +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+"
-    for dev in $devices; do
-        echo "== loom_perftest, server and client over rc on $dev"
+    for dev in $ucp_devices; do
+        step "loom_perftest, server and client over rc on $dev"
         for t in "tag_lat" "tag_lat -s 65536" "tag_bw -s 1048576 -O 4" "tag_sync_lat" "ucp_am_lat" \
                  "stream_bw -s 65536" "ucp_put_lat" "ucp_put_bw -s 1048576" "ucp_get -s 65536 -O 4"; do
             name="LoomPerftest.rc_${dev%%:*}_$(echo "$t" | tr " -" "__")"
@@ -135,7 +146,7 @@ suite_script='
     # (rc probes its acceptor for this, docs/notes.md). bpftrace, where it runs, widens that
     # window to tens of milliseconds, so that every siw connection of these cases hits it.
     if ls /sys/class/infiniband 2>/dev/null | grep -q "^siw" && command -v bpftrace >/dev/null; then
-        echo "== soft-iWARP with its accept window widened ($5)"
+        step "soft-iWARP with its accept window widened ($5)"
         mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
         out=$(mktemp)
         bpftrace "$5" > "$out" 2>&1 &
@@ -162,7 +173,7 @@ suite_script='
         fi
         rm -f "$out"
     else
-        echo "== soft-iWARP accept window not widened (needs siw devices and bpftrace)"
+        step "soft-iWARP accept window not widened (needs siw devices and bpftrace)"
     fi
     # Unmodified Open MPI on Loom over rc (the regular build: the sanitizer build'"'"'s libraries
     # cannot load into uninstrumented MPI processes): osu_latency with validation, and the
@@ -172,7 +183,7 @@ suite_script='
         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
         for dev in $devices; do
             d=${dev%%:*}
-            echo "== Open MPI (pml ucx) on Loom over rc on $dev: osu_latency -c, the MPI suite with 2 ranks"
+            step "Open MPI (pml ucx) on Loom over rc on $dev: osu_latency -c, the MPI suite with 2 ranks"
             out=$(LD_LIBRARY_PATH="$7" LOOM_TLS=rc,self LOOM_NET_DEVICES=$dev timeout 600 mpirun -np 2 \
                   -x LD_LIBRARY_PATH -x LOOM_TLS -x LOOM_NET_DEVICES -x LOOM_MODULE_DIR --mca pml ucx \
                   --mca opal_common_ucx_tls any --mca opal_common_ucx_devices any \
@@ -221,13 +232,13 @@ suite_script='
             rm -f mpi_suite.out
         done
     else
-        echo "== MPI over rc: not run for this build (its sanitizer libraries cannot load into MPI processes; the regular build runs it)"
+        step "MPI over rc: not run for this build (its sanitizer libraries cannot load into MPI processes; the regular build runs it)"
     fi
     # tcp between two simulated hosts under netem (loss, delay, reordering, duplication):
     # the machine'"'"'s own kernel has no sch_netem, this Debian kernel has. Both builds (issue
     # 17: every fault test in the regular and the ASan build).
     if [ -n "${13}" ]; then
-        echo "== network faults under netem (test/faults/run_net_faults.sh --netem-only)"
+        step "network faults under netem (test/faults/run_net_faults.sh --netem-only)"
         bash "${13}" --netem-only "${14}" > net_faults.out 2>&1 || rc=1
         tap_to_gtest "NetFaults." "  netem| " net_faults.out
         rm -f net_faults.out
@@ -235,7 +246,7 @@ suite_script='
     # The soak (random mixed traffic, peers killed and restarted) between two simulated
     # hosts under netem, for the same reason here, in both builds; 60 s, as on one host.
     if [ -n "${15}" ]; then
-        echo "== the soak between two hosts under netem (test/faults/run_soak_netem.sh)"
+        step "the soak between two hosts under netem (test/faults/run_soak_netem.sh)"
         SOAK_SECONDS=60 bash "${15}" "${16}" > soak_netem.out 2>&1 || rc=1
         tap_to_gtest "SoakNetem." "  soak| " soak_netem.out
         rm -f soak_netem.out
@@ -299,7 +310,9 @@ prepare() {
         oshm_barrier=$("$top/test/mpi/build_osu.sh" "$build" oshmem 2>/dev/null | awk '{print $2}')
         oshm_barrier=${oshm_barrier:+$oshm_barrier/osu_oshm_barrier}
     fi
-    local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300
+    local sanitizer=""
+    grep -q '^[^#]*fsanitize=address' "$build/Makefile" 2>/dev/null && sanitizer=1
+    local suite_cmd=(env LOOM_MODULE_DIR="$module_dir" LOOMTEST_UCT_TLS=rc LOOMTEST_TIMEOUT=300 LOOM_RDMA_SANITIZER="$sanitizer"
                      bash -c "$suite_script" _ "$info" "$gtest" "$filter" "$gtest_ucp" "$outdir/siw_accept_window.bt"
                      "$build/tools/perftest/loom_perftest" "$mpi_compat" "$osu_bin" "$mpi_src" "$build/test/mpi"
                      "$shmem_prog" "$oshm_barrier" "$net_faults" "$fault_peer" "$soak_netem" "$soak_peer")

@@ -34,12 +34,14 @@ check_output() {
 # check_run NAME COMMAND...: passes when COMMAND exits 0; on failure shows the end of its output.
 check_run() {
     local name=$1; shift
-    local out rc
+    local out rc t0=$SECONDS
     out=$("$@" 2>&1)
     rc=$?
     tap_n=$((tap_n + 1))
     if [ $rc -eq 0 ]; then
         echo "ok $tap_n - $name"
+        # Where a suite's time goes: the slow checks say how long they took.
+        [ $((SECONDS - t0)) -lt 5 ] || echo "#   took $((SECONDS - t0)) s"
     else
         echo "not ok $tap_n - $name"
         echo "#   exit status $rc; the end of its output:"
