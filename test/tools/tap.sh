@@ -18,11 +18,12 @@ check() {
 # check_output NAME REGEX COMMAND...: passes when COMMAND's stdout+stderr matches REGEX (grep -E).
 check_output() {
     local name=$1 regex=$2; shift 2
-    local out
+    local out t0=$SECONDS
     out=$("$@" 2>&1)
     tap_n=$((tap_n + 1))
     if printf '%s\n' "$out" | grep -Eq -- "$regex"; then
         echo "ok $tap_n - $name"
+        [ $((SECONDS - t0)) -lt 5 ] || echo "#   took $((SECONDS - t0)) s"
     else
         echo "not ok $tap_n - $name"
         echo "#   expected /$regex/ in:"

@@ -178,13 +178,29 @@ else
     done
     # After the program name, -x is loom_perftest's transport, not mpirun's export.
     mpi_run "mpirun -np 2: am_lat -x shm -d memory" -np 2 "$pt" -t am_lat -x shm -d memory $quick
-    check_output "mpirun -np 3: a clear error" 'needs exactly 2 processes.*not 3' \
-                 timeout 60 mpirun --oversubscribe -np 3 "$pt" -t tag_lat $quick
-    check_output "mpirun -np 2, a rank fails: the job ends" 'loom_ep_create failed: destination unreachable' \
-                 timeout 60 mpirun -np 2 -x LOOM_TLS=self "$pt" -t tag_lat $quick
-    check_output "mpirun -np 2, a bad client option: the job ends" 'the client needs -x TRANSPORT' \
-                 timeout 60 mpirun -np 2 "$pt" -t am_lat $quick
-    check "mpirun -np 2 -h: one help" test "$(timeout 60 mpirun -np 2 "$pt" -h | grep -c '^Usage')" -eq 1
+    # mpi_fails NAME REGEX MPIRUN-AND-PERFTEST-ARGS...: passes when the job ends by itself
+    # (not by the timeout) with a failure status and REGEX in its output.
+    mpi_fails() {
+        local name=$1 regex=$2 out rc; shift 2
+        out=$(timeout 60 mpirun -x ASAN_OPTIONS="$asan_mpi" "$@" 2>&1)
+        rc=$?
+        tap_n=$((tap_n + 1))
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && printf '%s\n' "$out" | grep -Eq -- "$regex"; then
+            echo "ok $tap_n - $name"
+        else
+            echo "not ok $tap_n - $name (mpirun exit $rc, 124: it did not end; expected /$regex/)"
+            printf '%s\n' "$out" | tail -8 | sed 's/^/#   | /'
+            tap_failed=$((tap_failed + 1))
+        fi
+    }
+    mpi_fails "mpirun -np 3: a clear error" 'needs exactly 2 processes.*not 3' \
+              --oversubscribe -np 3 "$pt" -t tag_lat $quick
+    mpi_fails "mpirun -np 2, a rank fails: the job ends" 'loom_ep_create failed: destination unreachable' \
+              -np 2 -x LOOM_TLS=self "$pt" -t tag_lat $quick
+    mpi_fails "mpirun -np 2, a bad client option: the job ends" 'the client needs -x TRANSPORT' \
+              -np 2 "$pt" -t am_lat $quick
+    check "mpirun -np 2 -h: one help" \
+          test "$(timeout 60 mpirun -x ASAN_OPTIONS="$asan_mpi" -np 2 "$pt" -h | grep -c '^Usage')" -eq 1
     # MPICH's mpiexec sets PMI_SIZE; Open MPI cannot join its job: refused before MPI_Init.
     check_output "a PMI launcher is refused before MPI_Init" 'built with Open MPI.*cannot join' \
                  env PMI_SIZE=2 PMI_RANK=0 timeout 30 "$pt" -t tag_lat $quick
