@@ -599,9 +599,10 @@ namespace {
  * status into MPI_SUCCESS, so this line is the only sign that the buffer is not the message.
  */
 [[gnu::cold, gnu::noinline]] void log_failed_receive(const Request* req, Status status) {
-    if (status == Status::canceled || status == Status::message_truncated || status == Status::timed_out) return;
-    LOOM_LOG_WARN("ucp: a receive of {} B failed: {}; its buffer does not hold the message", req->recv.info.length,
-                  to_string(status));
+    if (status == Status::canceled || status == Status::message_truncated || status == Status::timed_out)
+        return;
+    LOOM_LOG_WARN("ucp: a receive of {} B failed: {}; its buffer does not hold the message",
+                  req->recv.info.length, to_string(status));
 }
 
 }  // namespace
