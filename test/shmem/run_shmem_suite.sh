@@ -2,7 +2,7 @@
 #
 # OpenSHMEM on Loom: test/shmem/test_shmem.c built with oshcc and run with oshrun (Open MPI
 # 4.1.4's oshmem, whose only transport is spml ucx) over Loom's UCX-compatible libraries
-# and, in the same run, over UCX 1.13 (the reference): LOOM_TLS=shm,self and tcp against
+# and, in the same run when run by hand, over UCX 1.13 (the reference): LOOM_TLS=shm,self and tcp against
 # UCX_TLS=sm,self and tcp,self, 2 and 3 PEs; then OSU 7.4's OpenSHMEM benchmarks
 # (osu_oshm_put and osu_oshm_get on the symmetric heap and on globals, osu_oshm_put_mr,
 # osu_oshm_barrier; built by test/mpi/build_osu.sh BUILD_DIR oshmem) on both stacks, shm
