@@ -74,9 +74,13 @@ static size_t window_bytes(void) {
     return acc_area() + (size_t)mt_size * sizeof(int) + 64;
 }
 
-/* Puts this rank's pattern into its slot at every other rank (round `round`). */
+/*
+ * Puts this rank's pattern into its slot at every other rank (round `round`). The origin
+ * buffer is static: MPI may read it until the epoch ends (the caller's fence, complete or
+ * unlock), after this function has returned, and a put waiting for its connection does.
+ */
 static void put_all(const Window* w, long round) {
-    unsigned char src[kSlot];
+    static unsigned char src[kSlot];
     mt_fill(src, kSlot, mt_rank, round);
     for (int t = 0; t < mt_size; ++t) {
         if (t == mt_rank) continue;
@@ -120,9 +124,10 @@ static void with_fence(Window* w) {
         MT_CALL(MPI_Win_fence(0, w->win));
         mt_check_data(got, kSlot, mt_rank, 1, "%s, fence: get of our own slot at rank %d", w->name, t);
     }
-    /* Accumulate sum: every rank adds rank+1 to rank 0's 64-bit counter, kRounds times. */
+    /* Accumulate sum: every rank adds rank+1 to rank 0's 64-bit counter, kRounds times (the
+     * origin lives until the fence: MPI may read it until then). */
+    const long long add = mt_rank + 1;
     for (int i = 0; i < kRounds; ++i) {
-        long long add = mt_rank + 1;
         MT_CALL(MPI_Accumulate(&add, 1, MPI_LONG_LONG, 0, disp(w, 0, counter64()), 1, MPI_LONG_LONG, MPI_SUM, w->win));
     }
     /* Accumulate replace: our slot of rank 0's replace area. */

@@ -100,8 +100,9 @@ const RegisteredTable<ContextConfig> g_table{
               &ContextConfig::wireup_timeout, TimeParser().allow_inf()),
         field("LAZY_CONNECT", "y",
               "An endpoint created from a worker address with a connection to put off (tcp, "
-              "or rc wired up endpoint to endpoint) connects on its first operation (a send, "
-              "put, get or atomic): until then it sends nothing, tcp opens no socket, and the "
+              "rc over rdma_cm, or rc wired up endpoint to endpoint) connects on its first "
+              "operation (a send, put, get or atomic): until then it sends nothing, tcp opens "
+              "no socket, rc makes no queue pair, and the "
               "peer makes no endpoint back. A job that creates an endpoint to every rank pays "
               "only for the peers it talks to; an unreachable peer is reported by the first "
               "operation instead. Endpoints over shm alone, of a listener or to a socket "

@@ -246,6 +246,16 @@ Status RcIface::cm_connect(RcEp* ep, const RcDeviceAddress& dev, std::uint16_t p
     return Status::ok;
 }
 
+Status RcIface::cm_connect_on_first_use(RcEp* ep) {
+    ep->cold->connect_on_first_use = false;
+    if (Status s = cm_connect(ep, ep->cold->first_use_dev, ep->cold->first_use_port); s != Status::ok) {
+        // cm_connect said why; the endpoint fails as one whose connection failed later would.
+        fail_ep(ep, s, "cannot start its connection");
+        return ep->cold->status;
+    }
+    return Status::ok;
+}
+
 unsigned RcIface::cm_poll() {
     unsigned count = 0;
     rdma_cm_event* event = nullptr;
@@ -542,6 +552,13 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
         }
         auto ep = new_ep(params, false);
         if (!ep) return ep.status();
+        if (params.connect_on_first_use) {
+            (*ep)->cold->connect_on_first_use = true;
+            (*ep)->cold->first_use_dev = dev;
+            (*ep)->cold->first_use_port = iface.port;
+            LOOM_LOG_DEBUG("rc/{}: endpoint to port {} connects on its first operation", name, iface.port);
+            return static_cast<Ep*>(*ep);
+        }
         if (Status s = cm_connect(*ep, dev, iface.port); s != Status::ok) {
             abandon_ep(*ep);
             return s;

@@ -509,6 +509,10 @@ Status rc_pending_add(Ep* tl_ep, PendingReq* req, unsigned) {
     RcIface* iface = ep->rc_iface();
     // A failed endpoint answers every operation at once with its error: nothing to wait for.
     if (ep->failed()) return ep->cold->status;
+    // Created with connect_on_first_use: this is its first operation, which waits for the connection.
+    if (LOOM_UNLIKELY(ep->qp == nullptr) && ep->cold->connect_on_first_use) {
+        if (Status s = iface->cm_connect_on_first_use(ep); s != Status::ok) return s;
+    }
     if (ep->pending.empty() && has_am_tx(iface, ep)) return Status::busy;
     ep->pending.push_back(*req);
     iface->arbiter_add(ep);

@@ -130,6 +130,14 @@ struct RcEpCold {
     bool error_reported = false;  ///< on_error has been called
     rdma_cm_id* cm_id = nullptr;  ///< rdma_cm connections
     CmState cm_state = CmState::none;
+    /**
+     * Created with EpParams::connect_on_first_use and not used yet: no rdma_cm id, no QP;
+     * the first operation that has to wait (rc_pending_add) connects to first_use_dev and
+     * first_use_port (RcIface::cm_connect_on_first_use).
+     */
+    bool connect_on_first_use = false;
+    RcDeviceAddress first_use_dev{};
+    std::uint16_t first_use_port = 0;
     std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)
     std::uint16_t peer_window = 0;                   ///< accepted or held connections: the credits the peer offered
     bool hold_sends = false;                         ///< connected with kConnectHoldSends, not released yet

@@ -144,6 +144,11 @@ public:
     Status ep_flush(RcEp* ep, unsigned flags, Completion* comp);
     /** IfaceOps::ep_check: a keep-alive probe of @p ep's peer (rc_rx.cc). */
     Status ep_check(RcEp* ep, std::uint64_t timeout_ns);
+    /**
+     * The first operation of an endpoint created with connect_on_first_use has to wait for
+     * the connection: starts it (rdma_cm). ok, or the status the endpoint failed with (rc_cm.cc).
+     */
+    LOOM_COLD Status cm_connect_on_first_use(RcEp* ep);
 
     /** iface_flush: flushes every usable endpoint; @p comp completes when all have. */
     Status iface_flush(unsigned flags, Completion* comp);
@@ -157,8 +162,12 @@ public:
         }
     }
 
-    /** Status of an operation that found no resources on @p ep: no_resource, or why it cannot send. */
-    LOOM_COLD Status resource_status(RcEp* ep) const;
+    /**
+     * Status of an operation that found no resources on @p ep: no_resource, or why it cannot
+     * send. The first operation of an endpoint created with connect_on_first_use starts its
+     * connection here.
+     */
+    LOOM_COLD Status resource_status(RcEp* ep);
 
     /** Logs and converts an ibv_post_send failure (ENOMEM: no_resource, else io_error). */
     LOOM_COLD Status post_failed(RcEp* ep, int rc, const char* what);

@@ -553,9 +553,12 @@ void RcIface::dispatch_arbiter() {
 
 // --- errors ---------------------------------------------------------------------------------
 
-Status RcIface::resource_status(RcEp* ep) const {
+Status RcIface::resource_status(RcEp* ep) {
     if (ep->flags & kEpFailed) return ep->cold->status;
     if (ep->flags & kEpClosing) return Status::canceled;
+    if (ep->cold->connect_on_first_use) {
+        if (Status s = cm_connect_on_first_use(ep); s != Status::ok) return s;
+    }
     return Status::no_resource;
 }
 

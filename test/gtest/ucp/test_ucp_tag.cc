@@ -1447,11 +1447,11 @@ INSTANTIATE_TEST_SUITE_P(Verbs, UcpTagTest, testing::ValuesIn(loom::test::verbs_
 /**
  * Whether an endpoint of the set @p set waits for its first operation under
  * LOOM_LAZY_CONNECT: when a transport of it puts off a connection (tcp's sockets, rc's
- * wire-up endpoint to endpoint); shm has nothing to put off, nor does rc over rdma_cm.
+ * queue pair over rdma_cm or its wire-up endpoint to endpoint); shm has nothing to put off.
  */
 bool waits_for_first_use(const TlSet& set) {
     const std::string name = set.name;
-    return name == "tcp" || name == "rc_wired_up_over_tcp";
+    return name == "tcp" || name == "rc" || name == "rc_wired_up_over_tcp";
 }
 
 /**

@@ -781,6 +781,16 @@ protected:
         return static_cast<ib::RcIface&>(iface).unconfirmed_count();
     }
 
+    /** EpParams with the receiver's device and iface addresses (they stay valid while it lives). */
+    EpParams to_receiver() const {
+        EpParams params;
+        params.dev_addr = receiver_->dev_addr().data();
+        params.dev_addr_len = receiver_->dev_addr().size();
+        params.iface_addr = receiver_->iface_addr().data();
+        params.iface_addr_len = receiver_->iface_addr().size();
+        return params;
+    }
+
     /** Sends until the endpoint reports no_resource; returns how many went out. */
     int fill_credits(Ep* ep, int limit) {
         int sent = 0;
@@ -1643,11 +1653,7 @@ TEST_P(IbPairTest, CreditsOwedBeforeTheAcceptorSawTheConnectionAreReturned) {
     // or a sender that used its whole window waits forever.
     open({{"IB_CM", "rdmacm"}, {"IB_FC_WINDOW", "4"}});
     loom::test::LogCapture capture("debug");
-    EpParams params;
-    params.dev_addr = receiver_->dev_addr().data();
-    params.dev_addr_len = receiver_->dev_addr().size();
-    params.iface_addr = receiver_->iface_addr().data();
-    params.iface_addr_len = receiver_->iface_addr().size();
+    EpParams params = to_receiver();
     auto created = sender_->iface().ep_create(params);
     ASSERT_TRUE(created.ok());
     Ep* ep = *created;
@@ -1679,6 +1685,35 @@ TEST_P(IbPairTest, CreditsOwedBeforeTheAcceptorSawTheConnectionAreReturned) {
     ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 4, nullptr, 0); }))
         << "the receiver never returned the credits it owed";
     ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 5; }));
+    sender_->iface().ep_destroy(ep);
+}
+
+/**
+ * connect_on_first_use (LOOM_LAZY_CONNECT) over rdma_cm: no connection until the first
+ * operation, which starts it and finds no resources until it is made; a flush of the unused
+ * endpoint has nothing to wait for. An endpoint never used never connects, so destroying it
+ * cannot wait for a connection half made (iWARP waits up to 10 s in the kernel for an
+ * unanswered one).
+ */
+TEST_P(IbPairTest, LazyEndpointConnectsOnItsFirstSend) {
+    open({{"IB_CM", "rdmacm"}});
+    ASSERT_TRUE(sender_->attr().cap_flags & kCapConnectOnFirstUse);
+    loom::test::LogCapture capture("debug");
+    EpParams params = to_receiver();
+    params.connect_on_first_use = true;
+    auto created = sender_->iface().ep_create(params);
+    ASSERT_TRUE(created.ok());
+    Ep* ep = *created;
+    for (int i = 0; i < 20000; ++i) progress();
+    EXPECT_EQ(0, capture.count("accepted a connection")) << "connected before its first use";
+    EXPECT_EQ(Status::ok, ep_flush(ep, 0, nullptr)) << "a flush of an unused endpoint waits for nothing";
+    EXPECT_EQ(0, capture.count("RDMA_CM_EVENT_ADDR_RESOLVED")) << "a flush does not connect";
+    ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(ep, kAmId, 7, nullptr, 0); }));
+    ASSERT_TRUE(wait_for([&] { return received_.messages.size() == 1; }));
+    EXPECT_EQ(1, capture.count("accepted a connection"));
+    auto unused = sender_->iface().ep_create(params);
+    ASSERT_TRUE(unused.ok());
+    sender_->iface().ep_destroy(*unused);
     sender_->iface().ep_destroy(ep);
 }
 
