@@ -378,7 +378,8 @@ Status RcIface::query(IfaceAttr& attr) const {
                      kCapGetZcopy | kCapErrHandlingPeerFailure | kCapEventRecv | kCapEpCheck;
     if (max_am_short > 0) attr.cap_flags |= kCapAmShort;
     if (max_inline > 0) attr.cap_flags |= kCapPutShort;
-    attr.cap_flags |= use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr | kCapConnectOnFirstUse : kCapConnectToEp;
+    attr.cap_flags |=
+        use_rdmacm_ ? kCapConnectToIface | kCapConnectToSockaddr | kCapConnectOnFirstUse : kCapConnectToEp;
     attr.max_conn_priv = use_rdmacm_ ? kRcMaxUserPriv : 0;
     if (atomic_path_ == AtomicPath::device) {
         attr.cap_flags |= kCapAtomic64 | kCapAtomicDevice;
