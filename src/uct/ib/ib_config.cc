@@ -23,12 +23,12 @@ const cfg::RegisteredTable<IbConfig> kIbTable{
                    "Send completion queue entries of an iface: the requests in flight on all its endpoints "
                    "together (capped by the device).",
                    &IbConfig::tx_cq_len, cfg::SizeParser()),
-        cfg::field(
-            "RX_QUEUE_LEN", "8192",
-            "Receive buffers of all endpoints of an iface together (the shared receive queue, or the "
-            "endpoints' own queues). Each endpoint reserves FC_WINDOW + 2, which bounds the endpoints of "
-            "an iface: 8192 / (32 + 2) = 240 with the defaults.",
-            &IbConfig::rx_queue_len, cfg::SizeParser()),
+        cfg::field("RX_QUEUE_LEN", "8192",
+                   "Receive buffers of all endpoints of an iface together (the shared receive queue, or the "
+                   "endpoints' own queues). Each connected endpoint reserves FC_WINDOW + 2 (one that waits "
+                   "for its first use, none), which bounds the connections of an iface: 8192 / (32 + 2) = "
+                   "240 with the defaults.",
+                   &IbConfig::rx_queue_len, cfg::SizeParser()),
         cfg::field("FC_WINDOW", "32",
                    "Active messages an endpoint may send before the receiver grants more credits. Receive "
                    "buffers are reserved for the whole window, so a receiver is never overrun (no RNR).",

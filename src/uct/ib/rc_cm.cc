@@ -248,6 +248,10 @@ Status RcIface::cm_connect(RcEp* ep, const RcDeviceAddress& dev, std::uint16_t p
 
 Status RcIface::cm_connect_on_first_use(RcEp* ep) {
     ep->cold->connect_on_first_use = false;
+    if (Status s = reserve_rx(ep); s != Status::ok) {
+        fail_ep(ep, s, "no receive buffers for its connection");  // reserve_rx said why
+        return ep->cold->status;
+    }
     if (Status s = cm_connect(ep, ep->cold->first_use_dev, ep->cold->first_use_port); s != Status::ok) {
         // cm_connect said why; the endpoint fails as one whose connection failed later would.
         fail_ep(ep, s, "cannot start its connection");
@@ -550,7 +554,8 @@ Result<Ep*> RcIface::ep_create(const EpParams& params) {
                 name);
             return Status::unsupported;
         }
-        auto ep = new_ep(params, false);
+        // An endpoint that connects on first use takes its receive buffers then.
+        auto ep = new_ep(params, false, !params.connect_on_first_use);
         if (!ep) return ep.status();
         if (params.connect_on_first_use) {
             (*ep)->cold->connect_on_first_use = true;

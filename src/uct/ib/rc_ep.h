@@ -136,6 +136,7 @@ struct RcEpCold {
      * first_use_port (RcIface::cm_connect_on_first_use).
      */
     bool connect_on_first_use = false;
+    bool rx_reserved = false;  ///< its window of receive buffers is out of the iface's budget (reserve_rx)
     RcDeviceAddress first_use_dev{};
     std::uint16_t first_use_port = 0;
     std::uint32_t psn = 0;                           ///< our first packet sequence number (verbs connect)

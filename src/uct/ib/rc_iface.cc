@@ -502,7 +502,7 @@ bool RcIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_le
 
 // --- endpoints ------------------------------------------------------------------------------
 
-Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive) {
+Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive, bool reserve) {
     auto* ep = new RcEp{};
     ep->iface = this;
     ep->cold = new RcEpCold{};
@@ -512,7 +512,7 @@ Result<RcEp*> RcIface::new_ep(const EpParams& params, bool passive) {
     ep->gen = ++gen_;
     if (passive) ep->flags |= kEpPassive;
     eps_.push_back(ep);
-    if (Status s = reserve_rx(ep); s != Status::ok) {
+    if (Status s = reserve ? reserve_rx(ep) : Status::ok; s != Status::ok) {
         eps_.pop_back();
         delete ep->cold;
         delete ep;
@@ -619,22 +619,24 @@ void RcIface::reap_closing() {
 // --- receive buffers ------------------------------------------------------------------------
 
 Status RcIface::reserve_rx(RcEp* ep) {
-    (void)ep;
     std::uint32_t need = fc_window_ + kGrantSlots;
     if (rx_budget_ < need) {
         LOOM_LOG_ERROR(
-            "rc/{}: no receive buffers left for another endpoint: {} endpoints x (window {} + {}) "
+            "rc/{}: no receive buffers left for another connection: {} connections x (window {} + {}) "
             "exhaust LOOM_IB_RX_QUEUE_LEN={}",
-            resource().dev_name, eps_.size() - 1, fc_window_, kGrantSlots, config_.rx_queue_len);
+            resource().dev_name, (config_.rx_queue_len - rx_budget_) / need, fc_window_, kGrantSlots,
+            config_.rx_queue_len);
         return Status::no_resource;
     }
     rx_budget_ -= need;
+    ep->cold->rx_reserved = true;
     if (srq_ != nullptr) {
         srq_target_ += static_cast<std::int32_t>(need);
         post_rx_srq(srq_target_ - srq_posted_);
         if (srq_posted_ < srq_target_) {
             rx_budget_ += need;
             srq_target_ -= static_cast<std::int32_t>(need);
+            ep->cold->rx_reserved = false;
             return Status::no_memory;
         }
     }
@@ -642,7 +644,8 @@ Status RcIface::reserve_rx(RcEp* ep) {
 }
 
 void RcIface::release_rx(RcEp* ep) {
-    (void)ep;
+    if (!ep->cold->rx_reserved) return;
+    ep->cold->rx_reserved = false;
     std::uint32_t need = fc_window_ + kGrantSlots;
     rx_budget_ += need;
     if (srq_ != nullptr) srq_target_ -= static_cast<std::int32_t>(need);

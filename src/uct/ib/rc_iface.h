@@ -230,7 +230,11 @@ private:
     }
 
     // endpoint objects and receive buffers (rc_iface.cc)
-    Result<RcEp*> new_ep(const EpParams& params, bool passive);
+    /**
+     * A new endpoint in eps_, with its receive buffers reserved unless @p reserve is false
+     * (connect on first use: reserved when it connects).
+     */
+    Result<RcEp*> new_ep(const EpParams& params, bool passive, bool reserve = true);
     /**
      * Drops @p ep's operations in flight. With @p complete their completions run with
      * canceled (an endpoint destroyed by its user: what tcp and shm do, so the layer above
@@ -243,7 +247,9 @@ private:
     void abandon_ep(RcEp* ep);
     void reap_closing();
 
+    /** Takes @p ep's window of receive buffers out of the iface's budget (RcEpCold::rx_reserved). */
     Status reserve_rx(RcEp* ep);
+    /** Gives @p ep's reservation back, when it has one. */
     void release_rx(RcEp* ep);
     void prepare_recv(void* desc, ibv_recv_wr& wr, ibv_sge& sge);
     void mark_posted(void* desc, std::uint8_t posted);

@@ -1717,6 +1717,29 @@ TEST_P(IbPairTest, LazyEndpointConnectsOnItsFirstSend) {
     sender_->iface().ep_destroy(ep);
 }
 
+/**
+ * An endpoint that waits for its first use takes no receive buffers until it connects
+ * (RcEpCold::rx_reserved): LOOM_IB_RX_QUEUE_LEN bounds the connections, not the endpoints.
+ * Here the budget holds two connections (2 x (window 4 + 2)): eight endpoints are made,
+ * two connect and deliver.
+ */
+TEST_P(IbPairTest, UnusedLazyEndpointsTakeNoReceiveBuffers) {
+    open({{"IB_CM", "rdmacm"}, {"IB_FC_WINDOW", "4"}, {"IB_RX_QUEUE_LEN", "12"}});
+    EpParams params = to_receiver();
+    params.connect_on_first_use = true;
+    std::vector<Ep*> eps;
+    for (int i = 0; i < 8; ++i) {
+        auto created = sender_->iface().ep_create(params);
+        ASSERT_TRUE(created.ok()) << "endpoint " << i << ": " << to_string(created.status());
+        eps.push_back(*created);
+    }
+    for (std::uint64_t i = 0; i < 2; ++i) {
+        ASSERT_EQ(Status::ok, retry([&] { return ep_am_short(eps[i], kAmId, i, nullptr, 0); }));
+        ASSERT_TRUE(wait_for([&] { return received_.messages.size() == i + 1; }));
+    }
+    for (Ep* ep : eps) sender_->iface().ep_destroy(ep);
+}
+
 TEST_P(IbPairTest, ConnectionToAClosedIfaceFails) {
     if (!is_iwarp(GetParam().a)) GTEST_SKIP() << "connect-to-ep has no connection set-up to refuse";
     open();
