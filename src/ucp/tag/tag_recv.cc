@@ -160,6 +160,12 @@ Status eager_only_handler(void* arg, void* data, std::size_t length, unsigned) {
     return Status::ok;
 }
 
+/** Whether this worker's endpoint to @p uuid has failed. */
+bool peer_failed(const Worker& w, std::uint64_t uuid) {
+    auto it = w.ep_by_uuid.find(uuid);
+    return it != w.ep_by_uuid.end() && (it->second->flags & kEpFailed);
+}
+
 Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     auto& w = *static_cast<Worker*>(arg);
     if (length < sizeof(EagerFirstHdr)) {
@@ -179,6 +185,14 @@ Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) 
         // A sender numbers its messages once: this one is forged or duplicated. Taking it
         // would orphan the message being assembled under that number (found by fuzzing).
         LOOM_LOG_WARN("ucp: dropped a first fragment of message {} from {:016x}, already open", hdr.msg_id,
+                      hdr.sender_uuid);
+        return Status::ok;
+    }
+    if (LOOM_UNLIKELY(plen < hdr.total_length) && peer_failed(w, hdr.sender_uuid)) {
+        // Its rest will not come: the endpoint failed (its receives in assembly failed with
+        // it, tag_fail_peer_receives), and one lane may still deliver what the peer sent
+        // before another lane reported its end. Taking it would hold a receive for ever.
+        LOOM_LOG_WARN("ucp: dropped the first fragment of message {} from {:016x}: its endpoint failed", hdr.msg_id,
                       hdr.sender_uuid);
         return Status::ok;
     }

@@ -1351,6 +1351,44 @@ TEST_P(UcpTagTest, NonContiguousFallsBackUnderPutSchemes) {
  * The PUT schemes' messages are checked before use: a truncated, inconsistent or unknown
  * RTR-with-key or FIN is dropped with one line and changes nothing.
  */
+/**
+ * A first fragment that arrives after its sender's endpoint failed (one lane may still
+ * deliver what the peer sent before another lane reported its end) is dropped: its rest
+ * will not come, and a receive it matched could neither complete nor be cancelled (the
+ * kill test's EagerMultiSenderKilled over rc with tcp wire-up, 1 run in many).
+ */
+TEST_P(UcpTagTest, FirstFragmentFromAFailedPeerIsDropped) {
+    if (std::string(GetParam().name) != "shm") {
+        GTEST_SKIP() << "needs a way from the sender to the receiver that the receiver's endpoint failure "
+                        "leaves open: shm's FIFO (tcp's one socket per pair and rc's QP close with it; "
+                        "self has one worker)";
+    }
+    RawPaths raw;
+    ASSERT_NO_FATAL_FAILURE(raw_paths(raw));
+    loom::ucp::Worker &sw = *raw.sw, &rw = *raw.rw;
+    loom::test::LogCapture warnings("warn");
+    // The receiver's endpoint to the sender fails, as when another lane reported the end.
+    rw.ep_fail(rw.ep_by_uuid[sw.uuid], loom::Status::connection_reset);
+    std::vector<char> out(1000);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0x55, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+    loom::ucp::EagerFirstHdr hdr{0x55, sw.uuid, 0x777700000009ull, out.size(), 0};
+    std::vector<std::uint8_t> m(sizeof(hdr) + 100, 7);
+    std::memcpy(m.data(), &hdr, sizeof(hdr));
+    ssize_t n;
+    while ((n = loom::ucp::am_bcopy_bytes(raw.to_receiver, loom::ucp::kAmEagerFirst, m.data(), m.size())) ==
+           static_cast<ssize_t>(loom::Status::no_resource)) {
+        progress();
+    }
+    ASSERT_GE(n, 0) << "the sender's path to the receiver went with the receiver's endpoint";
+    ASSERT_TRUE(progress_until([&] { return warnings.count("its endpoint failed") == 1; }, "the drop"));
+    // Not taken: the receive is still in the matcher, so a cancel completes it.
+    loom_request_cancel(receiver_, rreq);
+    ASSERT_TRUE(progress_until([&] { return loom_request_check_status(rreq) != LOOM_INPROGRESS; }, "the cancel"));
+    EXPECT_EQ(LOOM_ERR_CANCELED, loom_request_check_status(rreq));
+    loom_request_free(rreq);
+}
+
 TEST_P(UcpTagTest, MalformedRendezvousPutMessagesAreDropped) {
     init({{"LOOM_RNDV_SCHEME", "put_zcopy"}, {"LOOM_RNDV_THRESH", "4k"}});
     RawPaths raw;
