@@ -1348,14 +1348,10 @@ TEST_P(UcpTagTest, NonContiguousFallsBackUnderPutSchemes) {
 }
 
 /**
- * The PUT schemes' messages are checked before use: a truncated, inconsistent or unknown
- * RTR-with-key or FIN is dropped with one line and changes nothing.
- */
-/**
  * A first fragment that arrives after its sender's endpoint failed (one lane may still
  * deliver what the peer sent before another lane reported its end) is dropped: its rest
  * will not come, and a receive it matched could neither complete nor be cancelled (the
- * kill test's EagerMultiSenderKilled over rc with tcp wire-up, 1 run in many).
+ * kill test's EagerMultiSenderKilled over rc wired up over tcp, once in a CI rehearsal).
  */
 TEST_P(UcpTagTest, FirstFragmentFromAFailedPeerIsDropped) {
     if (std::string(GetParam().name) != "shm") {
@@ -1389,6 +1385,10 @@ TEST_P(UcpTagTest, FirstFragmentFromAFailedPeerIsDropped) {
     loom_request_free(rreq);
 }
 
+/**
+ * The PUT schemes' messages are checked before use: a truncated, inconsistent or unknown
+ * RTR-with-key or FIN is dropped with one line and changes nothing.
+ */
 TEST_P(UcpTagTest, MalformedRendezvousPutMessagesAreDropped) {
     init({{"LOOM_RNDV_SCHEME", "put_zcopy"}, {"LOOM_RNDV_THRESH", "4k"}});
     RawPaths raw;
