@@ -134,6 +134,10 @@ configure_dir() {
     fi
     say "configuring $dir"
     set_compilers
+    # A tree configured before with other flags starts clean: libtool links a library for
+    # its install directory, and a changed --prefix would not relink it (ccache keeps the
+    # rebuild cheap).
+    [ ! -f "$dir/Makefile" ] || make -C "$dir" clean >/dev/null 2>&1 || true
     # shellcheck disable=SC2068
     (cd "$dir" && "$top/configure" "${compilers[@]}" $@ > configure.out 2>&1) || {
         tail -40 "$dir/configure.out" >&2
@@ -245,11 +249,17 @@ mpi_job() {
 # ---------------------------------------------------------------------------------------
 # 4. Tests: make check in each build, then one summary over every suite's log.
 # ---------------------------------------------------------------------------------------
+# run_checks DIR LABEL [install]: make check in DIR; with "install", make install first
+# (into DIR's own prefix), so the suites that test the installed tree run in that build too.
 run_checks() {
-    local dir=$1 label=$2
+    local dir=$1 label=$2 install=${3:-}
     say "running the test suites ($label)"
     # Results of an earlier run must never be counted again.
     find "$dir/test" \( -name '*.trs' -o -name '*.log' \) -delete 2>/dev/null || true
+    if [ "$install" = install ] && ! make -C "$dir" -j"$jobs" install >"$dir/install.out" 2>&1; then
+        grep -E 'error|Error' -A3 "$dir/install.out" | head -40 >&2
+        echo "quickstart.sh: make install failed in $dir (full output: $dir/install.out)" >&2
+    fi
     # make check returns non-zero when a suite fails; the summary below counts it.
     make -C "$dir" -j"$jobs" check >"$dir/check.out" 2>&1 || true
     grep -E '^(PASS|FAIL|ERROR|XPASS|XFAIL|SKIP):' "$dir/check.out" | sed "s|^|  [$label] |" || true
@@ -345,17 +355,19 @@ suite_times "$build" regular
 logdirs=("regular=$build")
 if [ "${LOOM_QS_SKIP_SANITIZERS:-0}" != 1 ]; then
     asan="$build/sanitize"
-    timed "asan+ubsan: configure" configure_dir "$asan" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
-    timed "asan+ubsan: make check (build, test binaries and suites)" run_checks "$asan" "asan+ubsan"
+    # Each build installs into its own directory, never into configure's /usr/local: an
+    # install there would outlive the run and be found by the next one's checks.
+    timed "asan+ubsan: configure" configure_dir "$asan" --prefix="$asan/install" --enable-asan --enable-ubsan --enable-assertions --with-max-log-level=trace_data
+    timed "asan+ubsan: make install and check (build, test binaries and suites)" run_checks "$asan" "asan+ubsan" install
     suite_times "$asan" asan+ubsan
     logdirs+=("asan+ubsan=$asan")
     tsan="$build/tsan"
-    timed "tsan: configure" configure_dir "$tsan" --enable-tsan --enable-assertions
+    timed "tsan: configure" configure_dir "$tsan" --prefix="$tsan/install" --enable-tsan --enable-assertions
     timed "tsan: make check of the threaded suites (build and run)" run_tsan_checks "$tsan"
     suite_times "$tsan" tsan
     fuzz="$build/fuzz"
     qs_compiler=clang
-    timed "fuzz: configure (clang)" configure_dir "$fuzz" --enable-fuzz --enable-asan --enable-ubsan --enable-assertions
+    timed "fuzz: configure (clang)" configure_dir "$fuzz" --prefix="$fuzz/install" --enable-fuzz --enable-asan --enable-ubsan --enable-assertions
     qs_compiler=gcc
     timed "fuzz: build the targets and fuzz each" run_fuzz_checks "$fuzz"
     suite_times "$fuzz" fuzz
