@@ -2,23 +2,26 @@
 # Multi-rail bandwidth between two simulated hosts joined by two veth pairs, each end of
 # each pair capped by tc (tbf) to the same rate: loom_perftest tag_bw over tcp with
 # LOOM_MAX_RNDV_RAILS=2 against LOOM_MAX_RNDV_RAILS=1 (one rail), alternating, and which
-# goes first, every repeat; prints the medians and their ratio (two rails / one).
+# goes first, every repeat; prints the medians and their ratio (two rails / one). With
+# --eager every message goes eager (LOOM_RNDV_THRESH=inf) and the rails compared are
+# LOOM_MAX_EAGER_RAILS=2 against 1 (two rendezvous rails in both).
 #
 #   contrib/bench/two_rails.sh [--prefix build/install] [--rate 1gbit] [--repeats 5]
-#                              [--sizes "1048576 4194304"]
+#                              [--sizes "1048576 4194304"] [--eager]
 #
 # Needs root (network namespaces, tc); test/mpi/netns/hosts.sh makes the hosts.
 set -u
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 . "$top/test/mpi/netns/hosts.sh"
-prefix=$top/build/install rate=1gbit repeats=5 sizes="1048576 4194304"
+prefix=$top/build/install rate=1gbit repeats=5 sizes="1048576 4194304" eager=0
 while (($#)); do
     case $1 in
     --prefix) prefix=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
-    *) echo "usage: $0 [--prefix DIR] [--rate RATE] [--repeats N] [--sizes \"S...\"]" >&2; exit 2 ;;
+    --eager) eager=1; shift ;;
+    *) echo "usage: $0 [--prefix DIR] [--rate RATE] [--repeats N] [--sizes \"S...\"] [--eager]" >&2; exit 2 ;;
     esac
 done
 perftest=$prefix/bin/loom_perftest
@@ -37,17 +40,19 @@ done
 # run RAILS SIZE: one server in B and one client in A; prints the client's MB/s (empty on failure).
 run() {
     local port=$((20000 + RANDOM % 20000)) iters=$((400 * 1048576 / $2))
-    xh_in B env LOOM_TLS=tcp LOOM_MAX_RNDV_RAILS="$1" timeout 120 "$perftest" -p $port >/dev/null 2>&1 &
+    local settings=(LOOM_TLS=tcp LOOM_MAX_RNDV_RAILS="$1")
+    ((eager)) && settings=(LOOM_TLS=tcp LOOM_MAX_RNDV_RAILS=2 LOOM_MAX_EAGER_RAILS="$1" LOOM_RNDV_THRESH=inf)
+    xh_in B env "${settings[@]}" timeout 120 "$perftest" -p $port >/dev/null 2>&1 &
     local server=$!
     sleep 0.3
-    xh_in A env LOOM_TLS=tcp LOOM_MAX_RNDV_RAILS="$1" timeout 120 "$perftest" "$XH_IP_B" -p $port \
+    xh_in A env "${settings[@]}" timeout 120 "$perftest" "$XH_IP_B" -p $port \
         -t tag_bw -s "$2" -n $iters -w $((iters / 10)) -f 2>/dev/null | awk '/^Final:/ { print $6 }'
     wait $server 2>/dev/null
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-echo "# two veth rails, each end capped at $rate (tbf); tcp tag_bw, $repeats alternating repeats"
+echo "# two veth rails, each end capped at $rate (tbf); tcp tag_bw, $repeats alternating repeats$( ((eager)) && echo ", every message eager: LOOM_MAX_EAGER_RAILS 1 against 2")"
 echo "| size | one rail (MB/s) | two rails (MB/s) | two / one |"
 echo "| ---: | ---: | ---: | ---: |"
 for size in $sizes; do

@@ -5,6 +5,12 @@
 #     bytes (their kernel byte counters; a 2 MiB message is split 50/50 by bandwidth);
 #   - LOOM_MAX_RNDV_RAILS=1: the second link carries (almost) nothing: the setting holds,
 #     and the striped case's counters really tell striping apart;
+#   - every message eager (LOOM_RNDV_THRESH=inf) with LOOM_MAX_EAGER_RAILS=2: the middle
+#     fragments take turns over both links, every echo intact and in order, and both links
+#     carried a third of the bytes or more (with one eager rail the first carries them all);
+#   - every message eager (LOOM_RNDV_THRESH=inf) with LOOM_MAX_EAGER_RAILS=2: the middle
+#     fragments take turns over both links, every echo intact and in order, and both links
+#     carried a third of the bytes or more (with one eager rail, the first carries them all);
 #   - the second rail down for 2 s and up again mid-run: every message intact, no endpoint
 #     failed (TCP retransmits once the link is back);
 #   - the second rail down for good with rendezvous sends in flight: every request
@@ -29,10 +35,12 @@ export LOOM_TLS=tcp
 # link_bytes IF: rx + tx bytes of host A's end IF.
 link_bytes() { local b; b=$(xh_veth_bytes A "$1") && echo $((${b% *} + ${b#* })); }
 
-# echo_run RAILS: the flow case with LOOM_MAX_RNDV_RAILS=RAILS; sets ok, share1, share2
-# (bytes each link carried during the run).
+# echo_run RAILS [NAME=VALUE...]: the flow case with LOOM_MAX_RNDV_RAILS=RAILS and the
+# settings given, on both sides; sets ok, share1, share2 (bytes each link carried during the run).
 echo_run() {
-    local rails=$1 before1 before2
+    local rails=$1 before1 before2 kv
+    shift
+    for kv in "$@"; do export "${kv?}"; done
     c=$((n + 1))
     ok=0
     before1=$(link_bytes "$XH_IF_A") before2=$(link_bytes "$XH_IF_A2")
@@ -43,7 +51,8 @@ echo_run() {
     fi
     share1=$(($(link_bytes "$XH_IF_A") - before1))
     share2=$(($(link_bytes "$XH_IF_A2") - before2))
-    echo "# LOOM_MAX_RNDV_RAILS=$rails: $XH_IF_A carried $share1 bytes, $XH_IF_A2 $share2"
+    echo "# LOOM_MAX_RNDV_RAILS=$rails $*: $XH_IF_A carried $share1 bytes, $XH_IF_A2 $share2"
+    for kv in "$@"; do unset "${kv%%=*}"; done
 }
 
 # --- 1. striped ---------------------------------------------------------------------------------
@@ -62,6 +71,16 @@ total=$((share1 + share2))
 small=$((share1 < share2 ? share1 : share2))
 ((total > 0 && small * 50 < total)) || ok=0
 result "tcp with LOOM_MAX_RNDV_RAILS=1: every message intact, one link carried all but 2 % of the bytes" $ok
+
+# --- 2b. eager messages over two rails ---------------------------------------------------------
+echo_run 2 LOOM_MAX_EAGER_RAILS=2 LOOM_RNDV_THRESH=inf LOOM_PROTO_INFO=y
+total=$((share1 + share2))
+((total > 0 && share1 * 3 >= total && share2 * 3 >= total)) || ok=0
+# The protocol table names both rails (LOOM_PROTO_INFO prints it when the endpoint is made).
+rails_line=$(grep -m1 -o 'tag eager multi .*middle fragments in turn over 2 rails: [^)]*' "$tmp/case$c.client.log")
+echo "# ${rails_line:-no protocol table names the eager rails}"
+[[ $rails_line == *"/$XH_IF_A"*"/$XH_IF_A2"* || $rails_line == *"/$XH_IF_A2"*"/$XH_IF_A"* ]] || ok=0
+result "tcp, every message eager, LOOM_MAX_EAGER_RAILS=2: every message intact and in order, both links carried a third of the bytes or more, the protocol table names both" $ok
 
 # --- 3. the second rail down for 2 s, then up --------------------------------------------------
 c=$((n + 1))

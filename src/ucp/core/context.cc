@@ -132,6 +132,13 @@ const RegisteredTable<ContextConfig> g_table{
               "device until each part would be 64 KiB or more. 1: one device. See "
               "docs/protocols.md (\"Multi-rail\").",
               &ContextConfig::max_rndv_rails, IntParser<unsigned>().range(1, kMaxRndvRails)),
+        field("MAX_EAGER_RAILS", "1",
+              "Most devices the fragments of one eager tagged message take turns on (multi-rail): "
+              "the first fragment, with the tag, goes over the AM lane, the later ones round-robin "
+              "over it and the rendezvous rails that carry active messages of the same size "
+              "(LOOM_MAX_RNDV_RAILS chooses those). 1: the AM lane only, as UCX's default. See "
+              "docs/protocols.md (\"Multi-rail\").",
+              &ContextConfig::max_eager_rails, IntParser<unsigned>().range(1, kMaxRndvRails)),
     }};
 
 bool is_net(const uct::TlResource& tl) { return tl.dev_type == uct::DeviceType::net; }

@@ -53,6 +53,7 @@ struct ContextConfig {
     std::chrono::nanoseconds keepalive_interval{};  ///< LOOM_KEEPALIVE_INTERVAL (kTimeInf: off)
     unsigned keepalive_count = 0;                   ///< LOOM_KEEPALIVE_COUNT
     unsigned max_rndv_rails = 0;                    ///< LOOM_MAX_RNDV_RAILS
+    unsigned max_eager_rails = 0;                   ///< LOOM_MAX_EAGER_RAILS
 };
 
 /** One transport on one device that this context may use. */

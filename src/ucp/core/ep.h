@@ -111,6 +111,11 @@ public:
      */
     std::uint8_t num_rndv_rails;
     std::uint8_t rndv_rails[kMaxRndvRails];
+    /**
+     * The rendezvous rails that also carry the middle fragments of eager tagged messages
+     * (LOOM_MAX_EAGER_RAILS): bit r for rndv_rails[r], never the AM lane. 0: the AM lane only.
+     */
+    std::uint8_t eager_rail_mask;
     EpErrorCallback on_error;
     void* on_error_arg;
     void* user_data;

@@ -922,6 +922,21 @@ constexpr double kRailMaxBandwidthRatio = 4.0;
 
 }  // namespace
 
+void ep_select_eager_rails(const Worker& worker, Ep& ep) {
+    ep.eager_rail_mask = 0;
+    const std::size_t am_max_bcopy = worker.ifaces[ep.lanes[ep.am_lane].iface].attr.am.max_bcopy;
+    unsigned rails = 1;  // the AM lane
+    for (unsigned r = 0; r < ep.num_rndv_rails && rails < worker.context.config().max_eager_rails; ++r) {
+        const std::uint8_t lane = ep.rndv_rails[r];
+        if (lane == ep.am_lane) continue;
+        // A fragment is cut to the AM lane's size, so it must fit the rail's bcopy too.
+        const uct::IfaceAttr& attr = worker.ifaces[ep.lanes[lane].iface].attr;
+        if (!(attr.cap_flags & uct::kCapAmBcopy) || attr.am.max_bcopy < am_max_bcopy) continue;
+        ep.eager_rail_mask |= static_cast<std::uint8_t>(1u << r);
+        ++rails;
+    }
+}
+
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain) {
     std::vector<std::string> verdict(worker.ifaces.size());
     // What became of each local iface for this peer (the explanation). Unreachable from one
@@ -1095,6 +1110,7 @@ Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, s
             ep.rndv_rails[ep.num_rndv_rails++] = lane;
         }
     }
+    ep_select_eager_rails(worker, ep);
     if (am_best.to_ep || (ep.rndv_lane != kNoLane && rndv_best->to_ep) || rail_to_ep) {
         // A lane of its own, even when the rendezvous lane is the same pair: its queue
         // then holds only wire-up messages, never behind a long rendezvous.

@@ -316,6 +316,8 @@ public:
     std::vector<std::pair<Ep*, ucs::Ticks>> rails_closed;
     /** Parts of rendezvous messages GET over a rail other than the first (rndv_rails.cc; tests read it). */
     std::uint64_t rndv_rail_parts = 0;
+    /** Eager middle fragments sent over a rail other than the AM lane (eager rails; tests read it). */
+    std::uint64_t eager_rail_frags = 0;
     ucs::List<Ep, &Ep::worker_link> eps;
     ucs::List<Request, &Request::ep_link> flush_waiters;  ///< flush and close requests
     /** A request with a deadline (LOOM_OP_ATTR_FIELD_DEADLINE) and when it expires. */
@@ -482,5 +484,12 @@ bool ep_saves_by_waiting(const Worker& worker, const Ep& ep);
 
 /** Lane selection for an endpoint (worker.cc). */
 Status ep_select_lanes(Worker& worker, const UnpackedAddress& address, Ep& ep, std::string* explain);
+
+/**
+ * Which of @p ep's rendezvous rails also carry eager middle fragments (Ep::eager_rail_mask,
+ * LOOM_MAX_EAGER_RAILS): those other than the AM lane that send active messages of the
+ * AM lane's size, in rail order.
+ */
+void ep_select_eager_rails(const Worker& worker, Ep& ep);
 
 }  // namespace loom::ucp

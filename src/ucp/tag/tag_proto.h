@@ -7,8 +7,11 @@
 #include "ucs/memory/mem_pool.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 namespace loom::ucp {
 
@@ -22,6 +25,8 @@ struct UnexpDesc {
     bool complete;          ///< every fragment has arrived
     bool sync;              ///< acknowledge the match (sreq_id)
     bool pooled;            ///< from the small-descriptor pool, else malloc'ed
+    /** Its fragments came in order so far: data() up to `received` holds them (else they have gaps). */
+    bool in_order;
     std::uint64_t sender_uuid;
     std::uint64_t sreq_id;
     std::uint64_t msg_id;
@@ -41,6 +46,19 @@ struct TagWorker {
     std::size_t unexp_bytes = 0;  ///< eager message bytes the unexpected descriptors hold
     std::size_t unexp_max = 0;    ///< LOOM_UNEXPECTED_MAX
     bool holding = false;         ///< the senders were told to hold back (kAmTagFlow)
+    /** A middle fragment that arrived before its message's first fragment. */
+    struct EarlyFrag {
+        std::uint64_t offset;
+        std::vector<std::uint8_t> bytes;
+    };
+    /**
+     * Middle fragments waiting for their message's first (LOOM_MAX_EAGER_RAILS: a sender's
+     * later fragments travel over other lanes than its first), by message; the first takes
+     * them (tag_recv.cc). At most kMaxEarlyFragBytes in all.
+     */
+    std::unordered_map<FragKey, std::vector<EarlyFrag>, FragKeyHash> early_frags;
+    std::size_t early_frag_bytes = 0;
+    static constexpr std::size_t kMaxEarlyFragBytes = 32u << 20;
 };
 
 /** @p w's tag state. */
@@ -80,7 +98,10 @@ Status tag_flow_handler(void* arg, void* data, std::size_t length, unsigned flag
 /** Registers the tag protocols' AM handlers on every iface of @p worker. */
 Status tag_register_handlers(Worker& worker);
 
-/** Fails the receives that wait for fragments of a message from @p uuid (peer failure). */
+/**
+ * Fails the receives that wait for fragments of a message from @p uuid (peer failure), and
+ * drops the fragments from it that wait for their message's first.
+ */
 void tag_fail_peer_receives(Worker& worker, std::uint64_t uuid, Status status);
 
 /**

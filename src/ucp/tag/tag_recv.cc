@@ -49,6 +49,7 @@ UnexpDesc* alloc_desc(Worker& w, std::size_t data_length) {
     desc->entry.hash_link = {};
     desc->entry.order_link = {};
     desc->pooled = pooled;
+    desc->in_order = true;
     desc->sync = false;
     desc->complete = true;
     desc->sender_uuid = 0;
@@ -119,7 +120,9 @@ void recv_take_desc(Worker& w, Request* req, UnexpDesc* desc) {
     }
     req->recv.info.sender_tag = desc->entry.tag;
     req->recv.info.length = desc->length;
-    recv_store(req, 0, desc->data(), desc->received);
+    // Fragments that overtook others (eager rails) left gaps: the whole buffer goes, and the
+    // fragments still to come write over the gaps.
+    recv_store(req, 0, desc->data(), desc->in_order ? desc->received : desc->length);
     req->recv.received = desc->received;
     if (desc->sync) send_ack(w, desc->sender_uuid, kAmSyncAck, desc->sreq_id, Status::ok);
     if (!desc->complete) {
@@ -166,6 +169,93 @@ bool peer_failed(const Worker& w, std::uint64_t uuid) {
     return it != w.ep_by_uuid.end() && (it->second->flags & kEpFailed);
 }
 
+/** Middle fragment @p hdr of the message at @p it of w.frags: into its receive or descriptor. */
+void frag_deliver(Worker& w, decltype(Worker::frags)::iterator it, const EagerMiddleHdr& hdr,
+                  const std::uint8_t* payload, std::size_t plen) {
+    FragTarget target = it->second;
+    if (target.recv != nullptr) {
+        Request* req = target.recv;
+        if (LOOM_UNLIKELY(req->recv.rndv_wait != 0)) {  // only its sender's PUTs fill it
+            LOOM_LOG_WARN("ucp: dropped a fragment for a receive that waits for PUTs from {:016x}",
+                          hdr.sender_uuid);
+            return;
+        }
+        if (hdr.offset + plen > req->recv.info.length || hdr.offset + plen < hdr.offset) {
+            LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
+                          req->recv.info.length);
+            return;
+        }
+        recv_store(req, hdr.offset, payload, plen);
+        req->recv.received += plen;
+        if (req->recv.received >= req->recv.info.length) {
+            w.frags.erase(it);
+            recv_finish(w, req);
+        }
+        return;
+    }
+    UnexpDesc* desc = target.desc;
+    if (hdr.offset + plen > desc->length || hdr.offset + plen < hdr.offset) {
+        LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
+                      desc->length);
+        return;
+    }
+    std::memcpy(desc->data() + hdr.offset, payload, plen);
+    if (hdr.offset != desc->received) desc->in_order = false;
+    desc->received += plen;
+    if (desc->received >= desc->length) {
+        desc->complete = true;
+        w.frags.erase(it);
+    }
+}
+
+/**
+ * Keeps middle fragment @p hdr until its message's first fragment comes (over another lane:
+ * LOOM_MAX_EAGER_RAILS). A fragment of a failed peer, or past kMaxEarlyFragBytes, is
+ * dropped: then its sender's endpoint fails, so that the receive it was part of ends.
+ */
+void frag_keep_early(Worker& w, const EagerMiddleHdr& hdr, const std::uint8_t* payload, std::size_t plen) {
+    TagWorker& t = tag_of(w);
+    if (peer_failed(w, hdr.sender_uuid)) {
+        LOOM_LOG_WARN("ucp: dropped a fragment of message {} from {:016x}: its endpoint failed", hdr.msg_id,
+                      hdr.sender_uuid);
+        return;
+    }
+    if (t.early_frag_bytes + plen > TagWorker::kMaxEarlyFragBytes) {
+        LOOM_LOG_ERROR(
+            "ucp: dropped a fragment of unknown message {} from {:016x}: {} bytes of fragments already "
+            "wait for their first",
+            hdr.msg_id, hdr.sender_uuid, t.early_frag_bytes);
+        if (auto ep = w.ep_by_uuid.find(hdr.sender_uuid); ep != w.ep_by_uuid.end()) {
+            w.ep_fail(ep->second, Status::no_memory);
+        }
+        return;
+    }
+    try {
+        t.early_frags[FragKey{hdr.sender_uuid, hdr.msg_id}].push_back(
+            TagWorker::EarlyFrag{hdr.offset, std::vector<std::uint8_t>(payload, payload + plen)});
+    } catch (const std::bad_alloc&) {
+        LOOM_LOG_ERROR("ucp: out of memory for a fragment of message {} from {:016x}; dropped", hdr.msg_id,
+                       hdr.sender_uuid);
+        return;
+    }
+    t.early_frag_bytes += plen;
+}
+
+/** The first fragment of message @p key opened it in w.frags: the fragments that came before it go in. */
+void frag_take_early(Worker& w, const FragKey& key) {
+    TagWorker& t = tag_of(w);
+    auto early = t.early_frags.find(key);
+    if (early == t.early_frags.end()) return;
+    std::vector<TagWorker::EarlyFrag> frags = std::move(early->second);
+    t.early_frags.erase(early);
+    for (const TagWorker::EarlyFrag& f : frags) {
+        t.early_frag_bytes -= f.bytes.size();
+        auto it = w.frags.find(key);
+        if (it == w.frags.end()) continue;  // complete (or a forged fragment too many): the rest is dropped
+        frag_deliver(w, it, EagerMiddleHdr{key.uuid, key.msg_id, f.offset}, f.bytes.data(), f.bytes.size());
+    }
+}
+
 Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) {
     auto& w = *static_cast<Worker*>(arg);
     if (length < sizeof(EagerFirstHdr)) {
@@ -207,12 +297,16 @@ Status eager_first_handler(void* arg, void* data, std::size_t length, unsigned) 
             recv_finish(w, req);
         } else {
             w.frags[key] = FragTarget{req, nullptr};
+            if (LOOM_UNLIKELY(!tag_of(w).early_frags.empty())) frag_take_early(w, key);
         }
         return Status::ok;
     }
     UnexpDesc* desc = queue_unexpected_eager(w, hdr.tag, hdr.total_length, payload, plen, hdr.sender_uuid,
                                              hdr.sreq_id, hdr.msg_id);
-    if (desc != nullptr && !desc->complete) w.frags[key] = FragTarget{nullptr, desc};
+    if (desc != nullptr && !desc->complete) {
+        w.frags[key] = FragTarget{nullptr, desc};
+        if (LOOM_UNLIKELY(!tag_of(w).early_frags.empty())) frag_take_early(w, key);
+    }
     return Status::ok;
 }
 
@@ -228,40 +322,10 @@ Status eager_middle_handler(void* arg, void* data, std::size_t length, unsigned)
     const std::size_t plen = length - sizeof(hdr);
     auto it = w.frags.find(FragKey{hdr.sender_uuid, hdr.msg_id});
     if (it == w.frags.end()) {
-        LOOM_LOG_WARN("ucp: dropped a fragment of unknown message {} from {:016x}", hdr.msg_id, hdr.sender_uuid);
+        frag_keep_early(w, hdr, payload, plen);
         return Status::ok;
     }
-    FragTarget target = it->second;
-    if (target.recv != nullptr) {
-        Request* req = target.recv;
-        if (LOOM_UNLIKELY(req->recv.rndv_wait != 0)) {  // only its sender's PUTs fill it
-            LOOM_LOG_WARN("ucp: dropped a fragment for a receive that waits for PUTs from {:016x}", hdr.sender_uuid);
-            return Status::ok;
-        }
-        if (hdr.offset + plen > req->recv.info.length || hdr.offset + plen < hdr.offset) {
-            LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen,
-                          req->recv.info.length);
-            return Status::ok;
-        }
-        recv_store(req, hdr.offset, payload, plen);
-        req->recv.received += plen;
-        if (req->recv.received >= req->recv.info.length) {
-            w.frags.erase(it);
-            recv_finish(w, req);
-        }
-        return Status::ok;
-    }
-    UnexpDesc* desc = target.desc;
-    if (hdr.offset + plen > desc->length || hdr.offset + plen < hdr.offset) {
-        LOOM_LOG_WARN("ucp: dropped a fragment at {}+{} beyond its {}-byte message", hdr.offset, plen, desc->length);
-        return Status::ok;
-    }
-    std::memcpy(desc->data() + hdr.offset, payload, plen);
-    desc->received += plen;
-    if (desc->received >= desc->length) {
-        desc->complete = true;
-        w.frags.erase(it);
-    }
+    frag_deliver(w, it, hdr, payload, plen);
     return Status::ok;
 }
 
@@ -409,6 +473,12 @@ bool tag_expire(Worker& w, Request& req) {
 }
 
 void tag_fail_peer_receives(Worker& w, std::uint64_t uuid, Status status) {
+    TagWorker& t = tag_of(w);
+    std::erase_if(t.early_frags, [&](const auto& e) {
+        if (e.first.uuid != uuid) return false;
+        for (const TagWorker::EarlyFrag& f : e.second) t.early_frag_bytes -= f.bytes.size();
+        return true;
+    });
     for (auto it = w.frags.begin(); it != w.frags.end();) {
         if (it->first.uuid != uuid) {
             ++it;

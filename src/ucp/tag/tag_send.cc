@@ -12,6 +12,8 @@
 #include "ucp/rndv/rndv.h"
 #include "ucp/rndv/rndv_thresh.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +89,23 @@ Status eager_bcopy_progress(Request* req) {
     return Status::ok;
 }
 
+/**
+ * The endpoint for middle fragment @p k of a tagged message: with eager rails
+ * (LOOM_MAX_EAGER_RAILS) the AM lane and the rails take turns, else the AM lane.
+ */
+uct::Ep* eager_rail_ep(const Ep& ep, std::size_t k) {
+    uct::Ep* rails[kMaxRndvRails];
+    unsigned n = 0;
+    rails[n++] = ep.am_ep;
+    if (!(ep.flags & kEpRailClosed)) {  // the endpoint is about to fail: its AM lane only
+        for (unsigned r = 0; r < ep.num_rndv_rails; ++r) {
+            const Lane& lane = ep.lanes[ep.rndv_rails[r]];
+            if ((ep.eager_rail_mask & (1u << r)) && lane.state == kLaneReady) rails[n++] = lane.ep;
+        }
+    }
+    return rails[k % n];
+}
+
 }  // namespace
 
 Status eager_multi_progress(Request* req) {
@@ -105,10 +124,22 @@ Status eager_multi_progress(Request* req) {
             n = uct::ep_am_bcopy(ep->am_ep, kAmEagerFirst, pack_hdr_payload, &arg, 0);
         } else {
             EagerMiddleHdr hdr{w.uuid, req->send.msg_id & ~kRndvMsgBit, req->send.offset};
-            chunk = std::min<std::size_t>(length - req->send.offset, ep->max_bcopy - sizeof(hdr));
+            const std::size_t room = ep->max_bcopy - sizeof(hdr);
+            chunk = std::min<std::size_t>(length - req->send.offset, room);
             hdr_len = sizeof(hdr);
             PackArg arg{req, &hdr, sizeof(hdr), chunk};
-            n = uct::ep_am_bcopy(ep->am_ep, kAmEagerMiddle, pack_hdr_payload, &arg, 0);
+            // Only a tagged message's fragments take turns over the rails: its first fragment
+            // opens the message at the receiver, which keeps the middles that overtake it.
+            uct::Ep* uep = ep->am_ep;
+            if (LOOM_UNLIKELY(ep->eager_rail_mask != 0) && req->kind == kReqKindTagSend)
+                uep = eager_rail_ep(*ep, req->send.offset / room);
+            n = uct::ep_am_bcopy(uep, kAmEagerMiddle, pack_hdr_payload, &arg, 0);
+            if (uep != ep->am_ep && n == static_cast<ssize_t>(Status::no_resource)) {
+                // A busy rail (or one still connecting): the AM lane takes this fragment.
+                n = uct::ep_am_bcopy(ep->am_ep, kAmEagerMiddle, pack_hdr_payload, &arg, 0);
+            } else if (uep != ep->am_ep && n >= 0) {
+                ++w.eager_rail_frags;
+            }
         }
         if (n == static_cast<ssize_t>(Status::no_resource)) return Status::no_resource;
         if (n < 0) {
@@ -163,6 +194,23 @@ const char* eager_bcopy_init(const ProtoInit& init, ProtoCaps& caps) {
     return eager_bcopy_caps(init, caps, eager_header(init.op));
 }
 
+/** The fragments' size, and the lanes the middle fragments take turns on (eager rails). */
+std::string eager_multi_describe(const ProtoInit& init, const ProtoCaps& caps) {
+    std::string out = eager_fragments_describe(init, caps);
+    const Ep& ep = init.ep;
+    if (ep.eager_rail_mask == 0) return out;
+    const WorkerIface& am = init.lane_iface(ep.am_lane);
+    std::string rails = fmt::format("{}/{}", am.rsc->tl.tl_name, am.rsc->tl.dev_name);
+    unsigned n = 1;
+    for (unsigned r = 0; r < ep.num_rndv_rails; ++r) {
+        if (!(ep.eager_rail_mask & (1u << r))) continue;
+        const WorkerIface& wi = init.lane_iface(ep.rndv_rails[r]);
+        rails += fmt::format(", {}/{}", wi.rsc->tl.tl_name, wi.rsc->tl.dev_name);
+        ++n;
+    }
+    return out + fmt::format(" (middle fragments in turn over {} rails: {})", n, rails);
+}
+
 }  // namespace
 
 
@@ -173,9 +221,15 @@ const Proto kTagEagerShort{"tag eager short",
 const Proto kTagEagerBcopy{"tag eager bcopy", "one message: the tag (sync: and the acknowledgement id), then the payload",
                            proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 1,
                            eager_bcopy_init, eager_bcopy_progress, nullptr};
-const Proto kTagEagerMulti{"tag eager multi", "a first fragment with the tag and length, then middle fragments",
-                           proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 2,
-                           eager_caps, eager_multi_progress, eager_fragments_describe};
+const Proto kTagEagerMulti{"tag eager multi",
+                           "a first fragment with the tag and length, then middle fragments",
+                           proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync),
+                           true,
+                           false,
+                           2,
+                           eager_caps,
+                           eager_multi_progress,
+                           eager_multi_describe};
 const Proto kTagRndv{"tag rendezvous", "an RTS; the data moves once the receiver matched it (GET, PUT or AM pipeline)",
                      proto_op_bit(ProtoOp::tag) | proto_op_bit(ProtoOp::tag_sync), true, false, 3, rndv_proto_init,
                      rndv_rts_progress, rndv_scheme_describe};

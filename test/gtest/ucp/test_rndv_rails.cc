@@ -183,6 +183,24 @@ TEST_P(UcpRailsTest, LargeMessagesSplitOverBothRailsIntact) {
     }
 }
 
+/** LOOM_MAX_EAGER_RAILS=2: an eager message's middle fragments take turns over both rails. */
+TEST_P(UcpRailsTest, EagerFragmentsTakeTurnsOverBothRailsIntact) {
+    if (std::getenv("LOOMTEST_RAILS") == nullptr) {
+        GTEST_SKIP() << "needs two devices on each side that reach the other's two "
+                        "(test/rdma/run_rdma_tests.sh runs it over rxe0 and rxe1 with LOOMTEST_RAILS=1)";
+    }
+    init({{"LOOM_MAX_EAGER_RAILS", "2"}, {"LOOM_RNDV_THRESH", "inf"}});
+    ASSERT_EQ(2, ep()->num_rndv_rails);
+    ASSERT_NE(0, ep()->eager_rail_mask) << "the second rail carries active messages of the AM lane's size";
+    const std::uint64_t before = sender_->impl->eager_rail_frags;
+    std::uint64_t seed = 10;
+    for (std::size_t size : {std::size_t{20000}, std::size_t{300000}, (std::size_t{1} << 20) + 4093}) {
+        send_and_check(size, seed++);
+    }
+    EXPECT_LT(before, sender_->impl->eager_rail_frags) << "no middle fragment went over the second rail";
+    EXPECT_EQ(0u, receiver_->impl->rndv_rail_parts) << "every message went eager";
+}
+
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(UcpRailsTest);
 INSTANTIATE_TEST_SUITE_P(Verbs, UcpRailsTest, testing::ValuesIn(loom::test::verbs_tl_sets()),
                          [](const testing::TestParamInfo<loom::test::TlSet>& i) { return i.param.name; });

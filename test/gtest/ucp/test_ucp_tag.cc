@@ -1386,6 +1386,95 @@ TEST_P(UcpTagTest, FirstFragmentFromAFailedPeerIsDropped) {
 }
 
 /**
+ * Middle fragments that arrive before their message's first (LOOM_MAX_EAGER_RAILS: the
+ * middles go over other lanes than the first) are kept until it comes, for a posted
+ * receive and for an unexpected message alike, also one a receive takes while a gap is
+ * left in it (a fragment still to come); those of a peer whose endpoint fails go with it.
+ */
+TEST_P(UcpTagTest, MiddleFragmentsBeforeTheirFirstAreKept) {
+    RawPaths raw;
+    ASSERT_NO_FATAL_FAILURE(raw_paths(raw));
+    loom::ucp::Worker &sw = *raw.sw, &rw = *raw.rw;
+    loom::ucp::TagWorker& rt = loom::ucp::tag_of(rw);
+    auto send_raw = [&](loom::uct::AmId id, const auto& hdr, const char* payload, std::size_t len) {
+        std::vector<std::uint8_t> m(sizeof(hdr) + len);
+        std::memcpy(m.data(), &hdr, sizeof(hdr));
+        std::memcpy(m.data() + sizeof(hdr), payload, len);
+        ssize_t n;
+        while ((n = loom::ucp::am_bcopy_bytes(raw.to_receiver, id, m.data(), m.size())) ==
+               static_cast<ssize_t>(loom::Status::no_resource)) {
+            progress();
+        }
+        ASSERT_GE(n, 0);
+    };
+    // Message `id` of 300 bytes, tag 0x66: middles at 200 and 100 first, then the first 100 bytes.
+    auto send_out_of_order = [&](std::uint64_t id, const std::vector<char>& data) {
+        send_raw(loom::ucp::kAmEagerMiddle, loom::ucp::EagerMiddleHdr{sw.uuid, id, 200}, data.data() + 200,
+                 100);
+        send_raw(loom::ucp::kAmEagerMiddle, loom::ucp::EagerMiddleHdr{sw.uuid, id, 100}, data.data() + 100,
+                 100);
+        ASSERT_TRUE(progress_until([&] { return rt.early_frag_bytes == 200; }, "both middles kept"));
+        send_raw(loom::ucp::kAmEagerFirst, loom::ucp::EagerFirstHdr{0x66, sw.uuid, id, data.size(), 0},
+                 data.data(), 100);
+    };
+    const auto a = pattern(300, 1), b = pattern(300, 2);
+    // Expected: the receive is posted before any fragment.
+    std::vector<char> out(300, 0);
+    loom_status_ptr_t rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0x66, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+    ASSERT_NO_FATAL_FAILURE(send_out_of_order(0x5151000000000001ull, a));
+    ASSERT_TRUE(
+        progress_until([&] { return loom_request_check_status(rreq) != LOOM_INPROGRESS; }, "the receive"));
+    EXPECT_EQ(LOOM_OK, loom_request_check_status(rreq));
+    loom_request_free(rreq);
+    EXPECT_EQ(a, out);
+    EXPECT_EQ(0u, rt.early_frag_bytes);
+    // Unexpected: the whole message waits in the unexpected queue, then a receive takes it.
+    ASSERT_NO_FATAL_FAILURE(send_out_of_order(0x5151000000000002ull, b));
+    ASSERT_TRUE(progress_until([&] { return rt.early_frag_bytes == 0; }, "the first fragment"));
+    std::fill(out.begin(), out.end(), 0);
+    rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0x66, ~0ull, nullptr);
+    if (LOOM_PTR_IS_PTR(rreq)) {
+        ASSERT_TRUE(progress_until([&] { return loom_request_check_status(rreq) != LOOM_INPROGRESS; },
+                                   "the receive"));
+        EXPECT_EQ(LOOM_OK, loom_request_check_status(rreq));
+        loom_request_free(rreq);
+    } else {
+        ASSERT_EQ(LOOM_OK, LOOM_PTR_STATUS(rreq));
+    }
+    EXPECT_EQ(b, out);
+    // Unexpected with a gap: the fragment at 100 comes after the receive took the rest.
+    const std::uint64_t gapped = 0x5151000000000004ull;
+    send_raw(loom::ucp::kAmEagerMiddle, loom::ucp::EagerMiddleHdr{sw.uuid, gapped, 200}, a.data() + 200, 100);
+    send_raw(loom::ucp::kAmEagerFirst, loom::ucp::EagerFirstHdr{0x66, sw.uuid, gapped, a.size(), 0}, a.data(),
+             100);
+    loom_tag_recv_info_t info{};
+    ASSERT_TRUE(progress_until(
+        [&] {
+            return rt.early_frag_bytes == 0 && loom_tag_probe_nb(receiver_, 0x66, ~0ull, 0, &info) != nullptr;
+        },
+        "the first fragment"));
+    std::fill(out.begin(), out.end(), 0);
+    rreq = loom_tag_recv_nbx(receiver_, out.data(), out.size(), 0x66, ~0ull, nullptr);
+    ASSERT_TRUE(LOOM_PTR_IS_PTR(rreq));
+    send_raw(loom::ucp::kAmEagerMiddle, loom::ucp::EagerMiddleHdr{sw.uuid, gapped, 100}, a.data() + 100, 100);
+    ASSERT_TRUE(
+        progress_until([&] { return loom_request_check_status(rreq) != LOOM_INPROGRESS; }, "the receive"));
+    EXPECT_EQ(LOOM_OK, loom_request_check_status(rreq));
+    loom_request_free(rreq);
+    EXPECT_EQ(a, out) << "the part that came before the gap was filled is lost";
+    // A middle whose first never comes waits until its sender's endpoint fails.
+    send_raw(loom::ucp::kAmEagerMiddle, loom::ucp::EagerMiddleHdr{sw.uuid, 0x5151000000000003ull, 100},
+             a.data(), 50);
+    ASSERT_TRUE(progress_until([&] { return rt.early_frag_bytes == 50; }, "the middle kept"));
+    if (&rw != &sw) {
+        rw.ep_fail(rw.ep_by_uuid[sw.uuid], loom::Status::connection_reset);
+        EXPECT_EQ(0u, rt.early_frag_bytes);
+        EXPECT_TRUE(rt.early_frags.empty());
+    }
+}
+
+/**
  * The PUT schemes' messages are checked before use: a truncated, inconsistent or unknown
  * RTR-with-key or FIN is dropped with one line and changes nothing.
  */
