@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -193,11 +194,21 @@ TEST_P(UcpRailsTest, EagerFragmentsTakeTurnsOverBothRailsIntact) {
     ASSERT_EQ(2, ep()->num_rndv_rails);
     ASSERT_NE(0, ep()->eager_rail_mask) << "the second rail carries active messages of the AM lane's size";
     const std::uint64_t before = sender_->impl->eager_rail_frags;
+    const auto sizes = {std::size_t{20000}, std::size_t{300000}, (std::size_t{1} << 20) + 4093};
     std::uint64_t seed = 10;
-    for (std::size_t size : {std::size_t{20000}, std::size_t{300000}, (std::size_t{1} << 20) + 4093}) {
-        send_and_check(size, seed++);
+    for (std::size_t size : sizes) send_and_check(size, seed++);
+    // A rail over rdma_cm connects on its first use, and its fragments go over the AM lane
+    // until it is up (a slow emulated device may take longer than the messages above):
+    // messages go on, each checked, until one sends a fragment over the second rail.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (sender_->impl->eager_rail_frags == before && std::chrono::steady_clock::now() < give_up &&
+           !HasFailure()) {
+        send_and_check(300000, seed++);
     }
-    EXPECT_LT(before, sender_->impl->eager_rail_frags) << "no middle fragment went over the second rail";
+    ASSERT_LT(before, sender_->impl->eager_rail_frags) << "no middle fragment went over the second rail";
+    const std::uint64_t up = sender_->impl->eager_rail_frags;
+    for (std::size_t size : sizes) send_and_check(size, seed++);
+    EXPECT_LT(up, sender_->impl->eager_rail_frags) << "the second rail, once up, carries no fragment";
     EXPECT_EQ(0u, receiver_->impl->rndv_rail_parts) << "every message went eager";
 }
 
