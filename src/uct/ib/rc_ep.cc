@@ -34,6 +34,21 @@ LOOM_ALWAYS_INLINE std::uint64_t make_wr_id(const RcEp* ep, std::uint64_t sn) {
 }
 
 /**
+ * True when @p wr, on an iWARP device, must be signaled because of its size. soft-iWARP
+ * sends an unsignaled request of a page or more straight from its pages (they stay queued
+ * in its TCP socket until the wire takes them) and reports the next signaled request
+ * once that one is in the socket: its completion would give back buffers the wire still
+ * reads, and a bounce buffer or user buffer rewritten then goes out with the new bytes
+ * (found as fragments with later messages' contents). A signaled request is copied.
+ */
+LOOM_COLD LOOM_NOINLINE bool iwarp_must_signal(const ibv_send_wr& wr) {
+    if (wr.send_flags & IBV_SEND_INLINE) return false;  // copied at post time
+    std::size_t bytes = 0;
+    for (int i = 0; i < wr.num_sge; ++i) bytes += wr.sg_list[i].length;
+    return bytes >= kIwarpZcopyMin;
+}
+
+/**
  * Posts @p wr on @p ep with the next sequence number, signaled when @p signal or when
  * the signaling interval is reached. Returns ok, or the post failure (logged).
  */
@@ -44,7 +59,8 @@ LOOM_ALWAYS_INLINE Status post_send(RcIface* iface, RcEp* ep, ibv_send_wr& wr, b
     // requests completed (soft-iWARP): each gets its own completion (RcIface::complete_upto).
     const bool response = wr.opcode == IBV_WR_RDMA_READ || wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
                           wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
-    bool signaled = signal || response || ep->unsignaled + 1u >= iface->signal_interval;
+    bool signaled = signal || response || ep->unsignaled + 1u >= iface->signal_interval ||
+                    (LOOM_UNLIKELY(iface->iwarp()) && iwarp_must_signal(wr));
     if (signaled) wr.send_flags |= IBV_SEND_SIGNALED;
     bool fenced = false;
     if (LOOM_UNLIKELY(ep->flags & kEpFence)) {

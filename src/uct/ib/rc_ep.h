@@ -39,6 +39,13 @@
 
 namespace loom::uct::ib {
 
+/**
+ * On iWARP, requests carrying this many bytes or more are always signaled: soft-iWARP
+ * sends unsignaled ones of a page or more from their pages without copying, after the
+ * completions that would free them (rc_ep.cc, iwarp_must_signal).
+ */
+inline constexpr std::size_t kIwarpZcopyMin = 4096;
+
 class RcIface;
 
 /** What to do when a tracked operation completes. */
