@@ -160,10 +160,6 @@ void copy_long(void* dest, const void* src, std::size_t length) {
     std::memcpy(dest, src, length);
 }
 
-Peer::~Peer() {
-    if (pidfd >= 0) ::close(pidfd);
-}
-
 // --- Wake-up events -------------------------------------------------------------------------
 //
 // An owner about to sleep arms its FIFO; the next producer that publishes into it clears the
@@ -200,18 +196,23 @@ void fifo_wake(FifoCtl* fifo) {
                    static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
 }
 
-void ShmIface::watch_peer(const Peer& peer) {
-    if (event_set_ < 0 || peer.pidfd < 0 || peer.failure != Status::ok) return;
+void ShmIface::watch_in_event_set(WatchedProcess& process) {
+    const int pidfd = process.process->pidfd;
+    if (event_set_ < 0 || pidfd < 0 || process.failure != Status::ok || process.in_event_set) return;
     epoll_event ev{};
     ev.events = EPOLLIN;
-    if (::epoll_ctl(event_set_, EPOLL_CTL_ADD, peer.pidfd, &ev) != 0 && errno != EEXIST) {
-        LOOM_LOG_WARN("shm: a sleeping worker will not wake when process {} dies: {}", peer.seg.pid,
+    if (::epoll_ctl(event_set_, EPOLL_CTL_ADD, pidfd, &ev) != 0 && errno != EEXIST) {
+        LOOM_LOG_WARN("shm: a sleeping worker will not wake when a peer process dies: {}",
                       std::strerror(errno));
+        return;
     }
+    process.in_event_set = true;
 }
 
-void ShmIface::unwatch_peer(const Peer& peer) {
-    if (event_set_ >= 0 && peer.pidfd >= 0) (void)::epoll_ctl(event_set_, EPOLL_CTL_DEL, peer.pidfd, nullptr);
+void ShmIface::unwatch_in_event_set(WatchedProcess& process) {
+    if (!process.in_event_set) return;
+    (void)::epoll_ctl(event_set_, EPOLL_CTL_DEL, process.process->pidfd, nullptr);
+    process.in_event_set = false;
 }
 
 Result<int> ShmIface::event_fd() {
@@ -243,7 +244,7 @@ Result<int> ShmIface::event_fd() {
     }
     wake_fd_ = fd;
     event_set_ = set;
-    for (const auto& [key, peer] : peers_) watch_peer(*peer);
+    for (auto& [key, process] : processes_) watch_in_event_set(process);
     return set;
 }
 
@@ -458,9 +459,10 @@ bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_l
     }
     // A process this iface already watches (a live peer's pidfd) needs no system call: its
     // end is noticed by the watch. Only an unknown pid is looked for.
-    for (auto it = peers_.lower_bound({seg.pid, 0}); it != peers_.end() && it->first.first == seg.pid; ++it) {
-        if (it->second->failure == Status::ok && (it->second->pidfd >= 0 || it->second->same_process))
-            return true;
+    if (seg.pid == static_cast<std::uint32_t>(this_process().pid)) return true;
+    for (auto it = processes_.lower_bound({seg.pid, 0}); it != processes_.end() && it->first.first == seg.pid;
+         ++it) {
+        if (it->second.failure == Status::ok && it->second.process->pidfd >= 0) return true;
     }
     if (::kill(static_cast<pid_t>(seg.pid), 0) != 0 && errno == ESRCH) {
         if (reason) *reason = "no process " + std::to_string(seg.pid) + " on this host";
@@ -517,21 +519,50 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     peer->mapping = std::move(mapping);
     peer->same_process = seg.pid == static_cast<std::uint32_t>(this_process().pid);
     if (!peer->same_process) {
-        peer->process = shared_process(seg, reason);
+        peer->process = watch_process(seg, reason);
         if (peer->process == nullptr) return Status::unreachable;
-        // This iface's own descriptor: its epoll set may watch several segments of one process.
-        if (peer->process->pidfd >= 0) peer->pidfd = ::fcntl(peer->process->pidfd, F_DUPFD_CLOEXEC, 0);
+        ++peer->process->peers;
     }
     Peer* raw = peer.get();
     peers_.emplace(key, std::move(peer));
-    watch_peer(*raw);
     return raw;
+}
+
+WatchedProcess* ShmIface::watch_process(const SegmentId& seg, std::string* reason) {
+    const auto key = std::make_pair(seg.pid, seg.start_time);
+    auto it = processes_.find(key);
+    if (it != processes_.end()) {
+        // Watched already (another peer iface of it): its end shows in the watch, no system call.
+        if (it->second.failure == Status::ok) return &it->second;
+        if (it->second.peers != 0) {
+            if (reason) *reason = "process " + std::to_string(seg.pid) + " is gone";
+            return nullptr;
+        }
+        processes_.erase(it);  // gone, and nothing refers to it: a new look (start time 0: a reused pid)
+    }
+    std::shared_ptr<PeerProcess> process = shared_process(seg, reason);
+    if (process == nullptr) return nullptr;
+    WatchedProcess& watched = processes_[key];
+    watched.process = std::move(process);
+    watched.pid = seg.pid;
+    watched.start_time = seg.start_time;
+    watch_in_event_set(watched);
+    return &watched;
 }
 
 void ShmIface::release_peer(Peer* peer) {
     if (--peer->refs > 0) return;
     // An unused peer stays mapped for the next endpoint or reply, unless it is dead.
-    if (peer->failure != Status::ok) peers_.erase(std::make_pair(peer->seg.pid, peer->seg.cookie));
+    if (peer->failure != Status::ok) erase_peer(peer);
+}
+
+void ShmIface::erase_peer(Peer* peer) {
+    WatchedProcess* process = peer->process;
+    peers_.erase(std::make_pair(peer->seg.pid, peer->seg.cookie));
+    if (process != nullptr && --process->peers == 0) {
+        unwatch_in_event_set(*process);
+        std::erase_if(processes_, [process](const auto& entry) { return &entry.second == process; });
+    }
 }
 
 Result<Ep*> ShmIface::ep_create(const EpParams& params) {
@@ -555,7 +586,7 @@ Result<Ep*> ShmIface::ep_create(const EpParams& params) {
             "ep_create: process {}'s FIFO ({} bytes) cannot hold our largest messages; raise its "
             "LOOM_SHM_FIFO_SIZE or lower our LOOM_SHM_MAX_BCOPY",
             seg.pid, cells * kCellSize);
-        if ((*peer)->refs == 0) peers_.erase(std::make_pair(seg.pid, seg.cookie));
+        if ((*peer)->refs == 0) erase_peer(*peer);
         return Status::unreachable;
     }
     auto* ep = new ShmEp{};
@@ -595,22 +626,35 @@ void ShmIface::ep_destroy(Ep* base) {
 
 // --- Failures --------------------------------------------------------------------------------
 
+Status ShmIface::check_process(WatchedProcess& process) {
+    if (process.failure != Status::ok) return process.failure;
+    const int pidfd = process.process->pidfd;
+    bool gone;
+    if (pidfd >= 0) {
+        pollfd pfd{pidfd, POLLIN, 0};
+        gone = ::poll(&pfd, 1, 0) > 0;  // readable: the process exited
+    } else {
+        // No pidfd (old kernel): the owner is alive while its pid has the same start time.
+        auto start = process_start_time(static_cast<pid_t>(process.pid));
+        gone = !start || (process.start_time != 0 && *start != process.start_time);
+    }
+    if (gone) {
+        process.failure = Status::endpoint_failure;
+        unwatch_in_event_set(process);  // readable for good: it would wake every wait
+    }
+    return process.failure;
+}
+
 Status ShmIface::check_peer(Peer& peer) {
     if (peer.failure != Status::ok) return peer.failure;
     if (peer.fifo->state.load(std::memory_order_acquire) != kFifoOpen) return Status::connection_reset;
-    if (peer.pidfd >= 0) {
-        pollfd pfd{peer.pidfd, POLLIN, 0};
-        if (::poll(&pfd, 1, 0) > 0) return Status::endpoint_failure;  // readable: the process exited
-    } else if (!peer.same_process) {
-        // No pidfd (old kernel): the owner is alive while its pid has the same start time.
-        auto start = process_start_time(static_cast<pid_t>(peer.seg.pid));
-        if (!start || (peer.seg.start_time != 0 && *start != peer.seg.start_time))
-            return Status::endpoint_failure;
-    }
+    if (peer.process != nullptr) return check_process(*peer.process);
     return Status::ok;
 }
 
 void ShmIface::check_peers() {
+    // Each process once, however many of its ifaces are peers here.
+    for (auto& [key, process] : processes_) (void)check_process(process);
     std::vector<Peer*> dead;
     for (auto& [key, peer] : peers_) {
         if (peer->failure == Status::ok) {
@@ -619,12 +663,11 @@ void ShmIface::check_peers() {
         }
         if (peer->failure != Status::ok && peer->refs == 0) dead.push_back(peer.get());
     }
-    for (Peer* peer : dead) peers_.erase(std::make_pair(peer->seg.pid, peer->seg.cookie));
+    for (Peer* peer : dead) erase_peer(peer);
 }
 
 void ShmIface::peer_failed(Peer& peer, Status status) {
     peer.failure = status;
-    unwatch_peer(peer);
     last_peer_death_ = ucs::get_time();  // it may have died mid-message in our ring (check_stalled_ring)
     unsigned count = 0;
     for (ShmEp& ep : eps_) {

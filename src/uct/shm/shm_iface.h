@@ -9,10 +9,12 @@
  * An endpoint (shm_ep.h) points at the FIFO of a peer iface (a Peer, shared by every
  * endpoint of this iface that targets the same peer iface).
  *
- * Peer failure: a Peer holds a pidfd of the peer process (pidfd_open when it was
- * attached). Progress polls the pidfds and the FIFOs' "closed" flags every
- * LOOM_SHM_PEER_CHECK_INTERVAL (reading the clock once every 256 calls), and a send that
- * finds the FIFO full checks its peer at once (at most every millisecond). A failed
+ * Peer failure: an iface watches each peer process once (a WatchedProcess: the pidfd
+ * pidfd_open gave when the process was first attached, shared by this process's ifaces),
+ * however many of its ifaces it reaches. Progress polls each watched process and reads
+ * each peer FIFO's "closed" flag every LOOM_SHM_PEER_CHECK_INTERVAL (reading the clock
+ * once every 256 calls), and a send that finds the FIFO full checks its peer at once (at
+ * most every millisecond). A failed
  * endpoint's FIFO pointer is swapped for a FIFO that is always full, so its sends take
  * the slow path and return the error with no test on the fast path; progress then
  * completes its outstanding operations and flush requests with the error and calls
@@ -53,23 +55,34 @@ enum class CmaState : std::uint8_t { unknown, works, forbidden };
 /** A verified pidfd of a peer process, shared by the ifaces of this process (shm_iface.cc). */
 struct PeerProcess;
 
+/**
+ * A peer process as one iface watches it: checked once per peer check and in the iface's
+ * event set once, for every peer iface of that process (a job's peers often host one
+ * worker per rank, or many).
+ */
+struct WatchedProcess {
+    std::shared_ptr<PeerProcess> process;  ///< its pidfd, shared by the ifaces of this process
+    std::uint32_t pid = 0;
+    std::uint64_t start_time = 0;  ///< from the address (0: unknown)
+    unsigned peers = 0;            ///< Peers of this iface in that process
+    Status failure = Status::ok;   ///< endpoint_failure once it is seen gone
+    bool in_event_set = false;
+};
+
 /** A peer iface this iface sends to: its FIFO mapped here and how to tell it is alive. */
 struct Peer {
     SegmentId seg{};
     /** The peer's segment, mapped once for every iface of this process that reaches it. */
     std::shared_ptr<const Mapping> mapping;
-    /** The peer's process, its pidfd checked once for every iface; pidfd below is this iface's dup. */
-    std::shared_ptr<PeerProcess> process;
+    /** Its process as this iface watches it (ShmIface::processes_); null for our own process. */
+    WatchedProcess* process = nullptr;
     FifoCtl* fifo = nullptr;
-    int pidfd = -1;  ///< -1 for our own process
     bool same_process = false;
     CmaState cma = CmaState::unknown;
     Status failure = Status::ok;     ///< why the peer is unusable, once detected
     unsigned refs = 0;               ///< endpoints and reply jobs using it
     std::uint64_t cached_tail = 0;   ///< for the replies this iface sends it
     ucs::Ticks next_full_check = 0;  ///< rate limit of the check a full FIFO triggers
-
-    ~Peer();
 };
 
 /** An shm iface. */
@@ -170,12 +183,19 @@ private:
     // Peers and failures (shm_iface.cc).
     Result<Peer*> attach_peer(const SegmentId& seg, std::string* reason);
     void release_peer(Peer* peer);
+    /** Forgets @p peer (no endpoint or job uses it), and its process once no peer is in it. */
+    void erase_peer(Peer* peer);
+    /** The watch of @p seg's process, made (one pidfd look-up) the first time; nullptr with @p reason when
+     * gone. */
+    WatchedProcess* watch_process(const SegmentId& seg, std::string* reason);
+    /** Whether @p process still runs (one poll of its pidfd); records its failure. */
+    Status check_process(WatchedProcess& process);
     Status check_peer(Peer& peer);
     void check_peers();
     void peer_failed(Peer& peer, Status status);
-    /** Adds @p peer's pidfd to the event set (if there is one), so its death wakes a sleeper. */
-    void watch_peer(const Peer& peer);
-    void unwatch_peer(const Peer& peer);
+    /** Adds @p process's pidfd to the event set (if there is one), so its death wakes a sleeper. */
+    void watch_in_event_set(WatchedProcess& process);
+    void unwatch_in_event_set(WatchedProcess& process);
     void fail_ep(ShmEp* ep, Status status);
     LOOM_COLD Status send_blocked(ShmEp* ep);
     void report_errors();
@@ -196,6 +216,8 @@ private:
     std::vector<std::uint8_t> bounce_;  ///< bcopy staging for CMA
     ucs::List<ShmEp, &ShmEp::pending_link> pending_eps_;
     ucs::List<ShmEp, &ShmEp::ep_link> eps_;
+    /** Watched peer processes, by (pid, start time); declared before peers_, which point into it. */
+    std::map<std::pair<std::uint32_t, std::uint64_t>, WatchedProcess> processes_;
     std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<Peer>> peers_;  ///< by (pid, cookie)
     std::vector<ShmEp*> errors_;                      ///< failed endpoints to report from progress
     std::unordered_map<std::uint64_t, EmuOp*> gets_;  ///< emulated gets and atomics waiting for replies, by id
@@ -203,7 +225,7 @@ private:
     std::size_t outstanding_ = 0;  ///< emulated operations of every endpoint
     std::vector<Completion*> flush_waiters_;
     int wake_fd_ = -1;    ///< the bound wake-up socket, made by the first event_fd/event_arm
-    int event_set_ = -1;  ///< the event fd: an epoll set of wake_fd_ and the live peers' pidfds
+    int event_set_ = -1;  ///< the event fd: an epoll set of wake_fd_ and the live peer processes' pidfds
     std::deque<ReplyJob> replies_;
     ucs::Ticks next_peer_check_ = 0;
     ucs::Ticks peer_check_ticks_ = 0;

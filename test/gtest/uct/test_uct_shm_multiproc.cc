@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -25,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -958,6 +960,84 @@ TEST(ShmPeerFailure, EndpointsToTwoIfacesOfOneProcessBothNoticeItsDeath) {
     ASSERT_TRUE(side.progress_until([&] { return errors.calls == 2; }, 10s)) << "a death went unnoticed";
     EXPECT_EQ(Status::endpoint_failure, ep_am_short(*ep1, kAmId, 3, nullptr, 0));
     EXPECT_EQ(Status::endpoint_failure, ep_am_short(*ep2, kAmId, 3, nullptr, 0));
+}
+
+/** File descriptors this process has open. */
+std::size_t open_fds() {
+    std::size_t n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+        (void)entry;
+        ++n;
+    }
+    return n;
+}
+
+TEST(ShmPeerFailure, IfacesOfOneProcessAreWatchedOnceAndEachClosesAlone) {
+    // An iface watches a peer process once however many of its ifaces it reaches (one
+    // pidfd, one poll per check, one entry in the event set); a peer iface that closes
+    // fails its own endpoint only, and the process's death still wakes a sleeper after.
+    constexpr int kIfaces = 8;
+    ForkedPeer child([](Channel& ch) {
+        std::vector<std::unique_ptr<ShmSide>> sides;
+        for (int i = 0; i < kIfaces; ++i) {
+            sides.push_back(std::make_unique<ShmSide>());
+            ch.send(sides.back()->address());
+        }
+        if (!ch.recv(60s)) return 1;  // "close the first"
+        sides.front().reset();
+        ch.send(std::vector<std::uint8_t>{1});
+        (void)ch.recv(60s);  // until killed
+        return 0;
+    });
+    ShmSide side({{"SHM_PEER_CHECK_INTERVAL", "2ms"}});
+    std::vector<std::vector<std::uint8_t>> addresses;
+    for (int i = 0; i < kIfaces; ++i) {
+        auto address = child.channel().recv();
+        ASSERT_TRUE(address);
+        addresses.push_back(*address);
+    }
+    auto event = side.iface().event_fd();
+    ASSERT_TRUE(event.ok());
+    const std::size_t fds_before = open_fds();
+    std::vector<ErrorRecord> errors(kIfaces);
+    std::vector<Ep*> eps;
+    for (int i = 0; i < kIfaces; ++i) {
+        auto ep = side.connect(addresses[static_cast<std::size_t>(i)], ErrorRecord::on_error,
+                               &errors[static_cast<std::size_t>(i)]);
+        ASSERT_TRUE(ep.ok());
+        eps.push_back(*ep);
+        ASSERT_EQ(Status::ok, ep_am_short(*ep, kAmId, static_cast<std::uint64_t>(i), nullptr, 0));
+    }
+    EXPECT_LE(open_fds(), fds_before + 1) << "more than the one pidfd of the peer process";
+    ASSERT_TRUE(child.channel().send(std::vector<std::uint8_t>{0}));
+    ASSERT_TRUE(child.channel().recv(30s));
+    ASSERT_TRUE(side.progress_until([&] { return errors[0].calls > 0; }, 10s))
+        << "the closed iface went unnoticed";
+    EXPECT_EQ(Status::connection_reset, errors[0].status);
+    side.destroy(eps[0]);  // its peer goes: the process stays watched for the others
+    for (int i = 1; i < kIfaces; ++i) {
+        EXPECT_EQ(0, errors[static_cast<std::size_t>(i)].calls);
+        EXPECT_EQ(Status::ok, ep_am_short(eps[static_cast<std::size_t>(i)], kAmId, 9, nullptr, 0));
+    }
+    while (side.progress() != 0) {
+    }
+    ASSERT_EQ(Status::ok, side.iface().event_arm());
+    loom::test::LogCapture capture("error");
+    child.kill(SIGKILL);
+    EXPECT_EQ(-SIGKILL, child.wait());
+    pollfd pfd{*event, POLLIN, 0};
+    ASSERT_EQ(1, ::poll(&pfd, 1, 30000)) << "the sleeper was not woken by the process's death";
+    ASSERT_TRUE(side.progress_until(
+        [&] {
+            for (int i = 1; i < kIfaces; ++i) {
+                if (errors[static_cast<std::size_t>(i)].calls == 0) return false;
+            }
+            return true;
+        },
+        10s))
+        << "a death went unnoticed";
+    for (int i = 1; i < kIfaces; ++i)
+        EXPECT_EQ(Status::endpoint_failure, errors[static_cast<std::size_t>(i)].status);
 }
 
 TEST(ShmPeerFailure, FullFifoWithPendingRequestsFailsWhenThePeerIsKilled) {
