@@ -286,27 +286,27 @@ Result<std::unique_ptr<Iface>> ShmIface::open(ShmMd* md, Worker* worker, const T
     }
     auto kind = resolve_segment_kind(config.segment);
     if (!kind) return kind.status();
-    auto segment = Segment::create(fifo_segment_size(cells), *kind);
-    if (!segment) return segment.status();
+    auto slot = ArenaSlot::create(fifo_segment_size(cells), *kind);
+    if (!slot) return slot.status();
 
-    auto* ctl = new (segment->address()) FifoCtl();
+    auto* ctl = new (slot->address()) FifoCtl();
     ctl->magic = kFifoMagic;
     ctl->layout_version = kFifoLayoutVersion;
     ctl->cell_count = static_cast<std::uint32_t>(cells);
     ctl->mask = cells - 1;
     ctl->salt = random_u64() | (1ull << 63);  // never a small number: see shm_wire.h
-    ctl->cookie = segment->id().cookie;
-    ctl->owner_pid = segment->id().pid;
+    ctl->cookie = random_u64();               // names this FIFO (its wake-up socket too) among the arena's
+    ctl->owner_pid = slot->arena_id().pid;
     ctl->max_msg_cells = static_cast<std::uint32_t>(max_msg_cells);
     ctl->state.store(kFifoOpen, std::memory_order_release);
-    std::unique_ptr<Iface> iface(new ShmIface(md, worker, resource, config, std::move(*segment)));
+    std::unique_ptr<Iface> iface(new ShmIface(md, worker, resource, config, std::move(*slot)));
     return iface;
 }
 
 ShmIface::ShmIface(ShmMd* md, Worker* worker, const TlResource& resource, const ShmConfig& config,
-                   Segment segment)
-    : Iface(md, worker, resource, kShmOps), config_(config), segment_(std::move(segment)) {
-    auto* ctl = static_cast<FifoCtl*>(segment_.address());
+                   ArenaSlot fifo)
+    : Iface(md, worker, resource, kShmOps), config_(config), fifo_slot_(std::move(fifo)) {
+    auto* ctl = static_cast<FifoCtl*>(fifo_slot_.address());
     rx_.ctl = ctl;
     rx_.cells = ctl->cells();
     rx_.mask = ctl->mask;
@@ -401,8 +401,11 @@ Status ShmIface::get_device_address(std::uint8_t* out) const {
 }
 
 Status ShmIface::get_address(std::uint8_t* out) const {
+    const FifoAddress addr = own_fifo();
     out[0] = kAddrVersion;
-    std::memcpy(out + 1, &segment_.id(), sizeof(SegmentId));
+    std::memcpy(out + 1, &addr.arena, sizeof(addr.arena));
+    std::memcpy(out + 1 + sizeof(addr.arena), &addr.offset, sizeof(addr.offset));
+    std::memcpy(out + 1 + sizeof(addr.arena) + sizeof(addr.offset), &addr.cookie, sizeof(addr.cookie));
     return Status::ok;
 }
 
@@ -410,7 +413,7 @@ namespace {
 
 /** Checks a peer's addresses; fills @p fifo. invalid_address for garbage, unreachable for another host. */
 Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
-                       std::size_t iface_addr_len, SegmentId* fifo, std::string* reason) {
+                       std::size_t iface_addr_len, FifoAddress* fifo, std::string* reason) {
     auto fail = [&](Status status, std::string why) {
         if (reason) *reason = std::move(why);
         return status;
@@ -432,19 +435,25 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
     }
     std::uint64_t host;
     std::memcpy(&host, dev_addr + 1, sizeof(host));
-    SegmentId seg;
-    std::memcpy(&seg, iface_addr + 1, sizeof(seg));
+    FifoAddress addr;
+    std::memcpy(&addr.arena, iface_addr + 1, sizeof(addr.arena));
+    std::memcpy(&addr.offset, iface_addr + 1 + sizeof(addr.arena), sizeof(addr.offset));
+    std::memcpy(&addr.cookie, iface_addr + 1 + sizeof(addr.arena) + sizeof(addr.offset), sizeof(addr.cookie));
+    const SegmentId& seg = addr.arena;
     if (host != host_id()) {
         return fail(Status::unreachable, "peer is on another host (or another pid namespace)");
     }
     if ((seg.kind != static_cast<std::uint8_t>(SegmentKind::memfd) &&
          seg.kind != static_cast<std::uint8_t>(SegmentKind::posix)) ||
-        seg.pid == 0 || seg.pid > static_cast<std::uint32_t>(INT32_MAX) || seg.size < fifo_segment_size(2)) {
+        seg.pid == 0 || seg.pid > static_cast<std::uint32_t>(INT32_MAX) ||
+        addr.offset < sizeof(ArenaHeader) || addr.offset % alignof(FifoCtl) != 0 || addr.offset > seg.size ||
+        seg.size - addr.offset < fifo_segment_size(2)) {
         return fail(Status::invalid_address,
                     "malformed iface address (segment kind " + std::to_string(seg.kind) + ", pid " +
-                        std::to_string(seg.pid) + ", size " + std::to_string(seg.size) + ")");
+                        std::to_string(seg.pid) + ", size " + std::to_string(seg.size) + ", FIFO at " +
+                        std::to_string(addr.offset) + ")");
     }
-    *fifo = seg;
+    *fifo = addr;
     return Status::ok;
 }
 
@@ -453,10 +462,11 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
 bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_len,
                             const std::uint8_t* iface_addr, std::size_t iface_addr_len,
                             std::string* reason) const {
-    SegmentId seg;
-    if (parse_addresses(dev_addr, dev_addr_len, iface_addr, iface_addr_len, &seg, reason) != Status::ok) {
+    FifoAddress addr;
+    if (parse_addresses(dev_addr, dev_addr_len, iface_addr, iface_addr_len, &addr, reason) != Status::ok) {
         return false;
     }
+    const SegmentId& seg = addr.arena;
     // A process this iface already watches (a live peer's pidfd) needs no system call: its
     // end is noticed by the watch. Only an unknown pid is looked for.
     if (seg.pid == static_cast<std::uint32_t>(this_process().pid)) return true;
@@ -473,8 +483,9 @@ bool ShmIface::is_reachable(const std::uint8_t* dev_addr, std::size_t dev_addr_l
 
 // --- Endpoints and peers ---------------------------------------------------------------------
 
-Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
-    const auto key = std::make_pair(seg.pid, seg.cookie);
+Result<Peer*> ShmIface::attach_peer(const FifoAddress& addr, std::string* reason) {
+    const SegmentId& seg = addr.arena;
+    const auto key = std::make_pair(seg.pid, addr.cookie);
     auto it = peers_.find(key);
     if (it != peers_.end()) {
         if (it->second->failure != Status::ok) {
@@ -486,28 +497,39 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     Status mapped = Status::ok;
     std::shared_ptr<const Mapping> mapping = shared_mapping(seg, reason, mapped);
     if (mapping == nullptr) return mapped;
-    auto* fifo = static_cast<FifoCtl*>(mapping->address());
     auto fail = [&](std::string why) -> Result<Peer*> {
         if (reason) *reason = std::move(why);
         return Status::unreachable;
     };
+    if (!arena_header_ok(*mapping, seg.cookie)) {
+        return fail(
+            "process " + std::to_string(seg.pid) +
+            "'s segment is not the one the address names (cookie mismatch: the pid or fd was reused)");
+    }
+    if (addr.offset < sizeof(ArenaHeader) || addr.offset % alignof(FifoCtl) != 0 ||
+        mapping->size() < addr.offset || mapping->size() - addr.offset < sizeof(FifoCtl)) {
+        return fail("process " + std::to_string(seg.pid) + "'s FIFO cannot be at " +
+                    std::to_string(addr.offset) + " of its " + std::to_string(mapping->size()) +
+                    "-byte segment");
+    }
+    auto* fifo = reinterpret_cast<FifoCtl*>(static_cast<std::uint8_t*>(mapping->address()) + addr.offset);
+    const std::size_t room = mapping->size() - addr.offset;
     // The first touch of the ring is a write (one that changes nothing): a read fault would
     // make the kernel map up to 64 KiB of the ring around the page (fault-around), resident
     // memory charged to every endpoint, while a write fault maps just the page. Our own
     // senders write the cells they use, so only touched pages get mapped.
-    if (mapping->size() >= sizeof(FifoCtl)) fifo->state.fetch_add(0, std::memory_order_relaxed);
-    if (mapping->size() < sizeof(FifoCtl) || fifo->magic != kFifoMagic ||
-        fifo->layout_version != kFifoLayoutVersion) {
+    fifo->state.fetch_add(0, std::memory_order_relaxed);
+    if (fifo->magic != kFifoMagic || fifo->layout_version != kFifoLayoutVersion) {
         return fail("process " + std::to_string(seg.pid) + "'s segment is not the expected shm FIFO");
     }
-    if (fifo->cookie != seg.cookie || fifo->owner_pid != seg.pid) {
+    if (fifo->cookie != addr.cookie || fifo->owner_pid != seg.pid) {
         return fail(
             "process " + std::to_string(seg.pid) +
             "'s segment is another FIFO than the address names (cookie mismatch: the pid or fd was reused)");
     }
     const std::uint64_t cells = fifo->cell_count;
     if (cells < 2 || !std::has_single_bit(cells) || fifo->mask != cells - 1 ||
-        fifo_segment_size(cells) > mapping->size()) {
+        fifo_segment_size(cells) > room) {
         return fail("process " + std::to_string(seg.pid) + "'s FIFO header is inconsistent");
     }
     if (fifo->state.load(std::memory_order_acquire) != kFifoOpen) {
@@ -515,6 +537,7 @@ Result<Peer*> ShmIface::attach_peer(const SegmentId& seg, std::string* reason) {
     }
     auto peer = std::make_unique<Peer>();
     peer->seg = seg;
+    peer->fifo_cookie = addr.cookie;
     peer->fifo = fifo;
     peer->mapping = std::move(mapping);
     peer->same_process = seg.pid == static_cast<std::uint32_t>(this_process().pid);
@@ -558,7 +581,7 @@ void ShmIface::release_peer(Peer* peer) {
 
 void ShmIface::erase_peer(Peer* peer) {
     WatchedProcess* process = peer->process;
-    peers_.erase(std::make_pair(peer->seg.pid, peer->seg.cookie));
+    peers_.erase(std::make_pair(peer->seg.pid, peer->fifo_cookie));
     if (process != nullptr && --process->peers == 0) {
         unwatch_in_event_set(*process);
         std::erase_if(processes_, [process](const auto& entry) { return &entry.second == process; });
@@ -566,15 +589,15 @@ void ShmIface::erase_peer(Peer* peer) {
 }
 
 Result<Ep*> ShmIface::ep_create(const EpParams& params) {
-    SegmentId seg;
+    FifoAddress addr;
     std::string reason;
     Status status = parse_addresses(params.dev_addr, params.dev_addr_len, params.iface_addr,
-                                    params.iface_addr_len, &seg, &reason);
+                                    params.iface_addr_len, &addr, &reason);
     if (status != Status::ok) {
         LOOM_LOG_ERROR("ep_create: {}", reason);
         return status;
     }
-    auto peer = attach_peer(seg, &reason);
+    auto peer = attach_peer(addr, &reason);
     if (!peer) {
         LOOM_LOG_ERROR("ep_create: {}", reason);
         return peer.status();
@@ -585,7 +608,7 @@ Result<Ep*> ShmIface::ep_create(const EpParams& params) {
         LOOM_LOG_ERROR(
             "ep_create: process {}'s FIFO ({} bytes) cannot hold our largest messages; raise its "
             "LOOM_SHM_FIFO_SIZE or lower our LOOM_SHM_MAX_BCOPY",
-            seg.pid, cells * kCellSize);
+            addr.arena.pid, cells * kCellSize);
         if ((*peer)->refs == 0) erase_peer(*peer);
         return Status::unreachable;
     }

@@ -71,7 +71,8 @@ struct WatchedProcess {
 
 /** A peer iface this iface sends to: its FIFO mapped here and how to tell it is alive. */
 struct Peer {
-    SegmentId seg{};
+    SegmentId seg{};                ///< the arena the FIFO is in
+    std::uint64_t fifo_cookie = 0;  ///< FifoCtl::cookie: names the peer iface
     /** The peer's segment, mapped once for every iface of this process that reaches it. */
     std::shared_ptr<const Mapping> mapping;
     /** Its process as this iface watches it (ShmIface::processes_); null for our own process. */
@@ -110,9 +111,6 @@ public:
 
     /** IfaceOps::iface_flush. */
     static Status flush(Iface* base, unsigned flags, Completion* comp);
-
-    /** The FIFO segment (tests: posix name, cookie). */
-    const Segment& segment() const { return segment_; }
 
 private:
     friend struct EpOps;
@@ -157,7 +155,7 @@ private:
         std::int32_t status;  ///< atomic: Status of the operation at the target
     };
 
-    ShmIface(ShmMd* md, Worker* worker, const TlResource& resource, const ShmConfig& config, Segment segment);
+    ShmIface(ShmMd* md, Worker* worker, const TlResource& resource, const ShmConfig& config, ArenaSlot fifo);
 
     // Receive side and the slow path of progress (shm_rx.cc).
     LOOM_NOINLINE void handle_other(Cell* cell, std::uint32_t cells);
@@ -180,8 +178,11 @@ private:
     unsigned push_replies();
     bool push_reply(ReplyJob& job);
 
+    /** What names our FIFO to peers (our address; the requester of a get or atomic). */
+    FifoAddress own_fifo() const { return {fifo_slot_.arena_id(), fifo_slot_.offset(), rx_.ctl->cookie}; }
+
     // Peers and failures (shm_iface.cc).
-    Result<Peer*> attach_peer(const SegmentId& seg, std::string* reason);
+    Result<Peer*> attach_peer(const FifoAddress& addr, std::string* reason);
     void release_peer(Peer* peer);
     /** Forgets @p peer (no endpoint or job uses it), and its process once no peer is in it. */
     void erase_peer(Peer* peer);
@@ -209,7 +210,7 @@ private:
 
     Rx rx_;
     ShmConfig config_;
-    Segment segment_;
+    ArenaSlot fifo_slot_;  ///< where our FIFO lives
     std::uint64_t max_msg_cells_;
     std::uint64_t pending_room_;        ///< free cells that make pending_add answer busy
     FifoCtl blocked_fifo_;              ///< always full: the FIFO of blocked and failed endpoints
@@ -218,7 +219,8 @@ private:
     ucs::List<ShmEp, &ShmEp::ep_link> eps_;
     /** Watched peer processes, by (pid, start time); declared before peers_, which point into it. */
     std::map<std::pair<std::uint32_t, std::uint64_t>, WatchedProcess> processes_;
-    std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<Peer>> peers_;  ///< by (pid, cookie)
+    std::map<std::pair<std::uint32_t, std::uint64_t>, std::unique_ptr<Peer>>
+        peers_;                                       ///< by (pid, FIFO cookie)
     std::vector<ShmEp*> errors_;                      ///< failed endpoints to report from progress
     std::unordered_map<std::uint64_t, EmuOp*> gets_;  ///< emulated gets and atomics waiting for replies, by id
     std::uint64_t next_op_id_ = 1;

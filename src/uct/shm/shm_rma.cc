@@ -360,8 +360,8 @@ Status EpOps::emu_get(ShmEp* ep, RemoteKey* rk, const Iov* iov, std::size_t iovc
     request.key_id = rk->key_id;
     request.op_id = op->id;
     request.max_chunk = static_cast<std::uint32_t>(iface->config_.max_bcopy);
-    const SegmentId& own = iface->segment_.id();
-    static_assert(sizeof(request.reply_to) == sizeof(SegmentId));
+    const FifoAddress own = iface->own_fifo();
+    static_assert(sizeof(request.reply_to) == sizeof(FifoAddress));
     std::memcpy(request.reply_to, &own, sizeof(own));
     Cell* cell = fifo->cells() + (pos & fifo->mask);
     std::memcpy(cell->payload(), &request, sizeof(request));
@@ -401,8 +401,8 @@ Status EpOps::emu_atomic(ShmEp* ep, RemoteKey* rk, AtomicOp op, unsigned size, s
         pending->remote_addr = remote_addr;
         pending->key_id = rk->key_id;
         request.op_id = pending->id;
-        const SegmentId& own = iface->segment_.id();
-        static_assert(sizeof(request.reply_to) == sizeof(SegmentId));
+        const FifoAddress own = iface->own_fifo();
+        static_assert(sizeof(request.reply_to) == sizeof(FifoAddress));
         std::memcpy(request.reply_to, &own, sizeof(own));
     }
     Cell* cell = fifo->cells() + (pos & fifo->mask);
@@ -462,12 +462,12 @@ void ShmIface::handle_get_request(const std::uint8_t* data, std::size_t length) 
     }
     GetRequest request;
     std::memcpy(&request, data, sizeof(request));
-    SegmentId reply_to;
+    FifoAddress reply_to;
     std::memcpy(&reply_to, request.reply_to, sizeof(reply_to));
     std::string reason;
     auto peer = attach_peer(reply_to, &reason);
     if (!peer) {
-        LOOM_LOG_WARN("dropped a get request from process {}: cannot reach its FIFO: {}", reply_to.pid,
+        LOOM_LOG_WARN("dropped a get request from process {}: cannot reach its FIFO: {}", reply_to.arena.pid,
                       reason);
         return;
     }
@@ -476,7 +476,7 @@ void ShmIface::handle_get_request(const std::uint8_t* data, std::size_t length) 
         std::clamp<std::uint64_t>(request.max_chunk, kMinMaxBcopy, config_.max_bcopy));
     if ((*peer)->fifo->cell_count < 2 * msg_cells(sizeof(GetReply) + chunk)) {
         LOOM_LOG_WARN("dropped a get request from process {}: its FIFO is too small for {}-byte replies",
-                      reply_to.pid, chunk);
+                      reply_to.arena.pid, chunk);
         return;
     }
     ++(*peer)->refs;
@@ -518,13 +518,13 @@ void ShmIface::handle_atomic_request(const std::uint8_t* data, std::size_t lengt
                                                             fmt::format("{:#x}", request.key_id) + ")");
     }
     if (request.op_id == 0) return;  // posted: nobody waits for an answer
-    SegmentId reply_to;
+    FifoAddress reply_to;
     std::memcpy(&reply_to, request.reply_to, sizeof(reply_to));
     std::string reason;
     auto peer = attach_peer(reply_to, &reason);
     if (!peer) {
-        LOOM_LOG_WARN("dropped the reply to an atomic of process {}: cannot reach its FIFO: {}", reply_to.pid,
-                      reason);
+        LOOM_LOG_WARN("dropped the reply to an atomic of process {}: cannot reach its FIFO: {}",
+                      reply_to.arena.pid, reason);
         return;
     }
     ++(*peer)->refs;

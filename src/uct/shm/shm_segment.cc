@@ -11,10 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <utility>
 
 namespace loom::uct::shm {
@@ -77,7 +80,7 @@ std::string posix_segment_name(const SegmentId& id) {
 
 // --- Segment ----------------------------------------------------------------------------
 
-Result<Segment> Segment::create(std::size_t size, SegmentKind kind, void* fixed_address) {
+Result<Segment> Segment::create(std::size_t size, SegmentKind kind, void* fixed_address, bool populate) {
     if (size == 0) return Status::invalid_param;
     // tmpfs and memfd pages are memory (or swap): a segment larger than the machine's memory
     // would be sized, then populated until the OOM killer steps in, instead of failing.
@@ -126,7 +129,7 @@ Result<Segment> Segment::create(std::size_t size, SegmentKind kind, void* fixed_
         LOOM_LOG_ERROR("sizing a {}-byte shared segment failed: {}", seg.size_, errno_string(err));
         return err == ENOSPC || err == EFBIG ? Status::no_memory : Status::io_error;
     }
-    seg.address_ = map_fd(fd, seg.size_, true, fixed_address);
+    seg.address_ = map_fd(fd, seg.size_, populate, fixed_address);
     if (seg.address_ == nullptr) {
         int err = errno;
         if (fixed_address != nullptr) {
@@ -188,6 +191,123 @@ void Segment::release() noexcept {
     address_ = nullptr;
     fd_ = -1;
     size_ = 0;
+}
+
+// --- ArenaSlot ---------------------------------------------------------------------------
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
+#endif
+
+namespace {
+
+/** The arena slots are taken from, per kind; a forked child's registry starts empty. */
+struct ArenaRegistry {
+    std::mutex lock;
+    pid_t pid = 0;
+    struct Open {
+        std::weak_ptr<Segment> arena;
+        std::size_t next = 0;  ///< where the next slot starts
+    };
+    Open open[2];  ///< memfd, posix
+};
+
+ArenaRegistry& arena_registry() {
+    static ArenaRegistry* registry =
+        new ArenaRegistry;  // never destroyed: slots may outlive static destruction
+    return *registry;
+}
+
+/**
+ * Bytes of a new arena: room for many FIFOs at the default size (256 KiB each), and
+ * never more than an eighth of the machine's memory (Segment::create refuses segments
+ * larger than it; an arena's pages are only allocated as slots use them).
+ */
+std::size_t arena_size(std::size_t slot) {
+    constexpr std::size_t kArenaBytes = 256u << 20;
+    const auto memory = static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * page_size();
+    return std::max(std::min(kArenaBytes, memory / 8), page_size() + slot);
+}
+
+}  // namespace
+
+Result<ArenaSlot> ArenaSlot::create(std::size_t size, SegmentKind kind) {
+    if (size == 0) return Status::invalid_param;
+    const std::size_t bytes = round_to_page(size);
+    ArenaRegistry& registry = arena_registry();
+    std::lock_guard<std::mutex> guard(registry.lock);
+    if (registry.pid != ::getpid()) {  // a forked child: the parent's arenas are not ours to hand out
+        for (auto& open : registry.open) open = ArenaRegistry::Open{};
+        registry.pid = ::getpid();
+    }
+    ArenaRegistry::Open& open = registry.open[kind == SegmentKind::memfd ? 0 : 1];
+    std::shared_ptr<Segment> arena = open.arena.lock();
+    if (arena == nullptr || open.next + bytes > arena->size()) {
+        auto segment = Segment::create(arena_size(bytes), kind, nullptr, false);
+        if (!segment) return segment.status();
+        arena = std::make_shared<Segment>(std::move(*segment));
+        auto* header = static_cast<ArenaHeader*>(arena->address());
+        header->magic = kArenaMagic;
+        header->cookie = arena->id().cookie;
+        open.arena = arena;
+        open.next = page_size();
+    }
+    ArenaSlot slot;
+    slot.offset_ = open.next;
+    slot.size_ = bytes;
+    slot.address_ = static_cast<std::uint8_t*>(arena->address()) + slot.offset_;
+    open.next += bytes;
+    slot.arena_ = std::move(arena);
+    // Allocated now, as a segment of its own was (MAP_POPULATE): the receive path never
+    // faults. A kernel without MADV_POPULATE_WRITE (before 5.14) touches it page by page.
+    if (::madvise(slot.address_, bytes, MADV_POPULATE_WRITE) != 0) {
+        for (std::size_t off = 0; off < bytes; off += page_size())
+            static_cast<volatile std::uint8_t*>(slot.address_)[off] = 0;
+    }
+    return slot;
+}
+
+ArenaSlot::ArenaSlot(ArenaSlot&& other) noexcept
+    : arena_(std::move(other.arena_)),
+      address_(std::exchange(other.address_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      offset_(std::exchange(other.offset_, 0)) {}
+
+ArenaSlot& ArenaSlot::operator=(ArenaSlot&& other) noexcept {
+    if (this != &other) {
+        release();
+        arena_ = std::move(other.arena_);
+        address_ = std::exchange(other.address_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        offset_ = std::exchange(other.offset_, 0);
+    }
+    return *this;
+}
+
+ArenaSlot::~ArenaSlot() {
+    release();
+}
+
+void ArenaSlot::release() noexcept {
+    if (address_ != nullptr && size_ > page_size()) {
+        // The memory goes back now, even from a peer's mapping of the arena (which keeps the
+        // arena after our last slot); the first page stays: peers read the header there.
+        (void)::madvise(static_cast<std::uint8_t*>(address_) + page_size(), size_ - page_size(), MADV_REMOVE);
+    }
+    arena_.reset();
+    address_ = nullptr;
+    size_ = 0;
+}
+
+const SegmentId& ArenaSlot::arena_id() const {
+    return arena_->id();
+}
+
+bool arena_header_ok(const Mapping& mapping, std::uint64_t cookie) {
+    if (mapping.size() < sizeof(ArenaHeader)) return false;
+    auto* header = static_cast<ArenaHeader*>(mapping.address());
+    header->touch.fetch_add(0, std::memory_order_relaxed);
+    return header->magic == kArenaMagic && header->cookie == cookie;
 }
 
 // --- Mapping ----------------------------------------------------------------------------

@@ -22,8 +22,10 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -61,10 +63,12 @@ public:
     /**
      * Creates and maps a segment of @p size bytes (rounded up to a page) of @p kind,
      * mode 0600, zero-filled; at exactly @p fixed_address when it is not null (page
-     * aligned, else invalid_param; no_memory when something is mapped there already).
+     * aligned, else invalid_param; no_memory when something is mapped there already);
+     * its pages allocated now when @p populate, else as they are first touched.
      * Returns no_memory / io_error / unsupported / invalid_param (logged).
      */
-    static Result<Segment> create(std::size_t size, SegmentKind kind, void* fixed_address = nullptr);
+    static Result<Segment> create(std::size_t size, SegmentKind kind, void* fixed_address = nullptr,
+                                  bool populate = true);
 
     Segment() = default;
     Segment(Segment&& other) noexcept;
@@ -126,6 +130,64 @@ private:
     void* address_ = nullptr;
     std::size_t size_ = 0;
 };
+
+/**
+ * The first page of an arena segment: what an attacher checks before trusting the
+ * slots in it (ArenaSlot).
+ */
+struct ArenaHeader {
+    std::uint64_t magic;
+    std::uint64_t cookie;              ///< the segment's (SegmentId::cookie)
+    std::atomic<std::uint64_t> touch;  ///< attachers write it first: one page mapped, not 64 KiB around
+};
+
+inline constexpr std::uint64_t kArenaMagic = 0x616e6572416d6f6cull;  // "lomArena"
+
+/**
+ * A page-aligned part of this process's arena: one sparse segment per kind, from which
+ * every shm iface of the process takes its FIFO, so that a peer process maps all of
+ * them with one attachment (open, fstat, mmap, close) instead of one per iface. Slots
+ * are never handed out twice: a peer holding an old slot's address writes into memory
+ * nobody reads, never into a newer iface's FIFO. When a slot goes, its pages but the
+ * first (a FIFO's header, with its "closed" flag) are given back to the system; an arena
+ * goes with its last slot (and with the last peer's mapping of it). A forked child
+ * starts an arena of its own. Move-only.
+ */
+class ArenaSlot {
+public:
+    /**
+     * A slot of @p size bytes (rounded up to a page), its pages allocated now, in the
+     * arena of @p kind (a new arena when the current one is full or gone). Errors as
+     * Segment::create.
+     */
+    static Result<ArenaSlot> create(std::size_t size, SegmentKind kind);
+
+    ArenaSlot() = default;
+    ArenaSlot(ArenaSlot&& other) noexcept;
+    ArenaSlot& operator=(ArenaSlot&& other) noexcept;
+    ArenaSlot(const ArenaSlot&) = delete;
+    ArenaSlot& operator=(const ArenaSlot&) = delete;
+    /** Gives the slot's pages back, but the first; the arena goes with its last slot. */
+    ~ArenaSlot();
+
+    void* address() const { return address_; }
+    std::size_t size() const { return size_; }
+    /** Where the slot starts in its arena. */
+    std::uint64_t offset() const { return offset_; }
+    /** What peers need to attach the arena (once for every slot in it). */
+    const SegmentId& arena_id() const;
+
+private:
+    void release() noexcept;
+
+    std::shared_ptr<Segment> arena_;
+    void* address_ = nullptr;
+    std::size_t size_ = 0;
+    std::uint64_t offset_ = 0;
+};
+
+/** Checks that @p mapping is an arena whose cookie is @p cookie (its header, touched by a write). */
+bool arena_header_ok(const Mapping& mapping, std::uint64_t cookie);
 
 /** The posix name of a segment: "/loom-<uid>-<pid>-<start>-<cookie hex>". */
 std::string posix_segment_name(const SegmentId& id);

@@ -87,7 +87,7 @@ struct FifoCtl {
     std::uint32_t cell_count;  ///< N
     std::uint64_t mask;        ///< N - 1
     std::uint64_t salt;        ///< see the file comment
-    std::uint64_t cookie;      ///< equals the segment cookie: a second check after mapping
+    std::uint64_t cookie;      ///< random per FIFO: the address names it, its wake-up socket uses it
     std::uint32_t owner_pid;
     std::atomic<std::uint32_t> state;  ///< FifoState; kFifoClosed once the owner closed the iface
     std::uint32_t max_msg_cells;       ///< the largest message the owner sends (for peers' limits)
@@ -125,6 +125,15 @@ struct PutHeader {
     std::uint64_t key_id;  ///< the registration's id (from the remote key)
 };
 
+/** A peer iface's FIFO, as its address names it (and get and atomic requests their requester's). */
+struct FifoAddress {
+    SegmentId arena;       ///< the arena segment the FIFO is in (ArenaSlot)
+    std::uint64_t offset;  ///< of the FIFO in the arena (page aligned, past the arena's header)
+    std::uint64_t cookie;  ///< FifoCtl::cookie
+};
+static_assert(sizeof(FifoAddress) == 56 && std::is_trivially_copyable_v<FifoAddress>,
+              "FifoAddress is a wire format");
+
 /** Emulated get request: the target replies with GetReply messages to the requester's FIFO. */
 struct GetRequest {
     std::uint64_t remote_addr;
@@ -133,7 +142,7 @@ struct GetRequest {
     std::uint64_t op_id;      ///< the requester's id of the operation, echoed in the replies
     std::uint32_t max_chunk;  ///< largest data per reply the requester accepts
     std::uint32_t reserved;
-    std::uint8_t reply_to[40];  ///< the requester's FIFO (a SegmentId)
+    std::uint8_t reply_to[sizeof(FifoAddress)];  ///< the requester's FIFO
 };
 
 /** Emulated get reply: @p length bytes of data at @p offset of the operation, or an error. */
@@ -158,7 +167,7 @@ struct AtomicRequest {
     std::uint8_t op;        ///< AtomicOp
     std::uint8_t size;      ///< 4 or 8 bytes
     std::uint8_t reserved[6];
-    std::uint8_t reply_to[40];  ///< the requester's FIFO (a SegmentId); fetching ones only
+    std::uint8_t reply_to[sizeof(FifoAddress)];  ///< the requester's FIFO; fetching ones only
 };
 
 /** Emulated atomic's reply: the previous value (its low @p size bytes), or an error. */
@@ -172,12 +181,16 @@ struct AtomicReply {
 // --- Addresses ------------------------------------------------------------------------------
 
 /** Version of the device and iface addresses. */
-inline constexpr std::uint8_t kAddrVersion = 1;
+inline constexpr std::uint8_t kAddrVersion = 2;
 
 /** Device address: the version byte, then host_id() (8 bytes). */
 inline constexpr std::size_t kDeviceAddrLen = 1 + sizeof(std::uint64_t);
-/** Iface address: the version byte, then the FIFO's SegmentId (owner pid, fd or name, cookie, size). */
-inline constexpr std::size_t kIfaceAddrLen = 1 + sizeof(SegmentId);
+/**
+ * Iface address: the version byte, the SegmentId of the arena holding the FIFO (owner
+ * pid, fd or name, cookie, size; ArenaSlot), then where the FIFO starts in it and the
+ * FIFO's own cookie (8 bytes each).
+ */
+inline constexpr std::size_t kIfaceAddrLen = 1 + sizeof(SegmentId) + 2 * sizeof(std::uint64_t);
 
 // --- Remote keys ----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +58,18 @@ impl::SegmentId segment_of(const ShmSide& side, const std::vector<std::uint8_t>&
     impl::SegmentId seg;
     std::memcpy(&seg, address.data() + side.attr().device_addr_len + 1, sizeof(seg));
     return seg;
+}
+
+/**
+ * The FIFO an address() blob names, in @p mapping of its arena (the SegmentId of the
+ * address, mapped by the test as a misbehaving peer would).
+ */
+impl::FifoCtl* fifo_in(const impl::Mapping& mapping, const ShmSide& side,
+                       const std::vector<std::uint8_t>& address) {
+    std::uint64_t offset;
+    std::memcpy(&offset, address.data() + side.attr().device_addr_len + 1 + sizeof(impl::SegmentId),
+                sizeof(offset));
+    return reinterpret_cast<impl::FifoCtl*>(static_cast<std::uint8_t*>(mapping.address()) + offset);
 }
 
 /** Writes @p seg back into an address() blob. */
@@ -429,7 +442,7 @@ TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {
     std::string reason;
     auto mapping = impl::Mapping::attach(segment_of(receiver, receiver.address()), &reason);
     ASSERT_TRUE(mapping.ok()) << reason;
-    auto* fifo = static_cast<impl::FifoCtl*>(mapping->address());
+    auto* fifo = fifo_in(*mapping, receiver, receiver.address());
     std::uint64_t cached_tail = 0;
     auto write_garbage = [&](std::uint16_t cells, std::uint8_t type, std::uint32_t length) {
         std::uint64_t pos;
@@ -453,9 +466,8 @@ TEST(ShmFifo, MalformedMessagesAreDroppedWithOneLogLine) {
     EXPECT_EQ(1, capture.count("malformed message"));
 }
 
-/** Reserves @p cells cells of @p side's ring the way a producer does, and publishes nothing. */
-std::uint64_t reserve_without_publishing(impl::Mapping& ring, std::uint64_t cells) {
-    auto* fifo = static_cast<impl::FifoCtl*>(ring.address());
+/** Reserves @p cells cells of @p fifo the way a producer does, and publishes nothing. */
+std::uint64_t reserve_without_publishing(impl::FifoCtl* fifo, std::uint64_t cells) {
     std::uint64_t cached_tail = 0, pos = 0;
     if (!impl::fifo_reserve(fifo, &cached_tail, cells, &pos)) throw std::runtime_error("the ring is full");
     return pos;
@@ -488,7 +500,8 @@ TEST(ShmFifo, AReservationOfAPeerThatDiedIsSkipped) {
         const bool ok = ::write(to_parent[1], &size, sizeof(size)) == sizeof(size) &&
                         ::write(to_parent[1], address.data(), size) == static_cast<ssize_t>(size) &&
                         ring.ok() &&
-                        (reserve_without_publishing(*ring, 3), ::write(to_parent[1], "r", 1) == 1) &&
+                        (reserve_without_publishing(fifo_in(*ring, receiver, ring_address), 3),
+                         ::write(to_parent[1], "r", 1) == 1) &&
                         ::read(to_child[0], &go, 1) == 1;
         ::_exit(ok ? 0 : 1);
     }
@@ -531,13 +544,13 @@ TEST(ShmFifo, AReservationOfALiveProducerIsWaitedFor) {
     std::string reason;
     auto ring = impl::Mapping::attach(segment_of(receiver, receiver.address()), &reason);
     ASSERT_TRUE(ring.ok()) << reason;
-    const std::uint64_t pos = reserve_without_publishing(*ring, 1);
+    const std::uint64_t pos = reserve_without_publishing(fifo_in(*ring, receiver, receiver.address()), 1);
     ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 2, nullptr, 0));
     // Many peer checks and timeouts pass; no peer died, so nothing may be skipped.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     while (std::chrono::steady_clock::now() < until) receiver.progress();
     EXPECT_TRUE(inbox.messages.empty()) << "a live producer's reservation was skipped";
-    auto* fifo = static_cast<impl::FifoCtl*>(ring->address());
+    auto* fifo = fifo_in(*ring, receiver, receiver.address());
     impl::Cell* cell = fifo->cells() + (pos & fifo->mask);
     const std::uint64_t first = 1;
     std::memcpy(cell->payload(), &first, sizeof(first));
@@ -803,6 +816,81 @@ TEST(ShmSegments, PosixNamesLiveWhileTheirOwnerUsesThem) {
     memfd.destroy(to_posix);
     posix.reset();
     EXPECT_EQ(before, loom_shm_names()) << "closing the iface removes the FIFO's name";
+}
+
+/** Bytes of memory the file behind our descriptor @p fd holds (its allocated blocks). */
+std::size_t allocated_bytes(std::uint32_t fd) {
+    struct stat st;
+    if (::fstat(static_cast<int>(fd), &st) != 0) return 0;
+    return static_cast<std::size_t>(st.st_blocks) * 512;
+}
+
+TEST(ShmSegments, IfacesOfAProcessShareOneArenaAndGiveTheirPagesBack) {
+    // Every iface's FIFO is a slot of the process's arena: one segment for peers to map.
+    loom::test::ScopedEnv env("LOOM_SHM_SEGMENT", "memfd");
+    ShmSide first;
+    const impl::SegmentId arena = segment_of(first, first.address());
+    const std::size_t with_one = allocated_bytes(arena.fd);
+    ASSERT_GT(with_one, 0u);
+    int in_first = 0;
+    for (int i = 0; i < 20; ++i) {
+        ShmSide side;
+        const impl::SegmentId seg = segment_of(side, side.address());
+        // (A full arena, after a thousand ifaces in this process, makes the next one elsewhere.)
+        if (seg.cookie != arena.cookie) continue;
+        ++in_first;
+        ASSERT_GT(allocated_bytes(arena.fd), with_one);
+    }
+    EXPECT_GE(in_first, 19) << "ifaces made segments of their own";
+    // Twenty FIFOs came and went: each left its first page (the header peers may still read).
+    EXPECT_LE(allocated_bytes(arena.fd), with_one + 20 * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)))
+        << "closed ifaces kept their FIFOs' pages";
+    // And a peer reaches a new iface through the arena as before.
+    ShmSide receiver;
+    Inbox inbox;
+    ASSERT_EQ(Status::ok, receiver.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0));
+    Ep* ep = first.connect_or_throw(receiver.address());
+    ASSERT_EQ(Status::ok, ep_am_short(ep, kAmId, 5, nullptr, 0));
+    ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1u; }));
+}
+
+TEST(ShmSegments, AForkedChildTakesItsFifosFromAnArenaOfItsOwn) {
+    // The child inherits the parent's arena mapped, and its bookkeeping: handing out a
+    // slot of it would give two processes' ifaces one FIFO.
+    ShmSide parent_side;
+    const impl::SegmentId parent_arena = segment_of(parent_side, parent_side.address());
+    int fds[2];
+    ASSERT_EQ(0, ::pipe(fds));
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        char verdict = 'n';
+        try {
+            ShmSide side;
+            const impl::SegmentId mine = segment_of(side, side.address());
+            Inbox inbox;
+            if (mine.pid == static_cast<std::uint32_t>(::getpid()) && mine.cookie != parent_arena.cookie &&
+                side.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) == Status::ok) {
+                Ep* ep = side.connect_or_throw(side.address());  // to itself, through its own arena
+                if (ep_am_short(ep, kAmId, 1, nullptr, 0) == Status::ok &&
+                    side.progress_until([&] { return inbox.messages.size() == 1u; })) {
+                    verdict = 'y';
+                }
+            }
+        } catch (...) {
+        }
+        (void)!::write(fds[1], &verdict, 1);
+        ::_exit(0);
+    }
+    ::close(fds[1]);
+    char verdict = 0;
+    EXPECT_EQ(1, ::read(fds[0], &verdict, 1));
+    ::close(fds[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_EQ('y', verdict) << "the child's iface was not in an arena of its own, or did not work";
+    ShmSide after;  // the parent's arena is still the parent's
+    EXPECT_EQ(parent_arena.cookie, segment_of(after, after.address()).cookie);
 }
 
 /**

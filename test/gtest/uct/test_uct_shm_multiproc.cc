@@ -27,6 +27,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -970,6 +971,48 @@ std::size_t open_fds() {
         ++n;
     }
     return n;
+}
+
+/** Mappings of shm segments (memfd files named loom-shm-...) in this process. */
+std::size_t shm_mappings() {
+    std::ifstream maps("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(maps, line);) {
+        if (line.find("/memfd:loom-shm-") != std::string::npos) ++n;
+    }
+    return n;
+}
+
+TEST(ShmMultiProcess, AllIfacesOfAPeerProcessAreMappedOnce) {
+    // A process reaching many workers of another maps that process's arena once: a
+    // segment per iface cost every endpoint an open, fstat, mmap and close (epmem.c).
+    constexpr int kIfaces = 8;
+    ForkedPeer child([](Channel& ch) {
+        std::vector<std::unique_ptr<ShmSide>> sides;
+        for (int i = 0; i < kIfaces; ++i) {
+            sides.push_back(std::make_unique<ShmSide>());
+            ch.send(sides.back()->address());
+        }
+        (void)ch.recv(60s);
+        return 0;
+    });
+    loom::test::ScopedEnv env("LOOM_SHM_SEGMENT", "memfd");
+    ShmSide side;
+    std::vector<std::vector<std::uint8_t>> addresses;
+    for (int i = 0; i < kIfaces; ++i) {
+        auto address = child.channel().recv();
+        ASSERT_TRUE(address);
+        addresses.push_back(*address);
+    }
+    const std::size_t before = shm_mappings();
+    for (const auto& address : addresses) {
+        auto ep = side.connect(address);
+        ASSERT_TRUE(ep.ok());
+        ASSERT_EQ(Status::ok, ep_am_short(*ep, kAmId, 1, nullptr, 0));
+    }
+    EXPECT_EQ(before + 1, shm_mappings()) << "one mapping for the " << kIfaces << " FIFOs of the peer";
+    child.channel().send(std::string("done"));
+    EXPECT_EQ(0, child.wait());
 }
 
 TEST(ShmPeerFailure, IfacesOfOneProcessAreWatchedOnceAndEachClosesAlone) {
