@@ -41,15 +41,18 @@ Result<EventSet> EventSet::create() {
     return EventSet(fd);
 }
 
-EventSet::EventSet(EventSet&& other) noexcept : fd_(other.fd_) {
+EventSet::EventSet(EventSet&& other) noexcept : fd_(other.fd_), members_(other.members_) {
     other.fd_ = -1;
+    other.members_ = 0;
 }
 
 EventSet& EventSet::operator=(EventSet&& other) noexcept {
     if (this != &other) {
         close();
         fd_ = other.fd_;
+        members_ = other.members_;
         other.fd_ = -1;
+        other.members_ = 0;
     }
     return *this;
 }
@@ -80,6 +83,8 @@ Status EventSet::control(int op, int fd, std::uint32_t events, std::uint64_t coo
     event.events = to_epoll(events);
     event.data.u64 = cookie;
     if (::epoll_ctl(fd_, op, fd, op == EPOLL_CTL_DEL ? nullptr : &event) == 0) {
+        if (op == EPOLL_CTL_ADD) ++members_;
+        if (op == EPOLL_CTL_DEL && members_ > 0) --members_;
         return Status::ok;
     }
     int err = errno;

@@ -15,6 +15,7 @@
 #include "ucs/type/result.h"
 #include "ucs/type/status.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -61,6 +62,12 @@ public:
     int fd() const noexcept { return fd_; }
 
     /**
+     * Members added and not removed. A member closed without remove() still counts (the
+     * kernel dropped it on its own): an upper bound, for "is anything but X watched".
+     */
+    std::size_t size() const noexcept { return members_; }
+
+    /**
      * Watches @p fd for @p events (a combination of the kEvent flags), reporting @p cookie.
      * Errors, each logged once with the fd: invalid_param for a bad or closed fd or
      * unknown flags, already_exists when @p fd is a member already, unsupported for a
@@ -93,6 +100,7 @@ private:
     Status control(int op, int fd, std::uint32_t events, std::uint64_t cookie, const char* what) noexcept;
 
     int fd_ = -1;
+    std::size_t members_ = 0;
 };
 
 }  // namespace loom::ucs

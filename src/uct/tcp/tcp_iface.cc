@@ -350,6 +350,8 @@ Result<int> TcpIface::event_fd() {
 Status TcpIface::event_arm() {
     // As event_fd(): whoever arms will sleep on the fd, which must see every connection.
     keep_polled_ = true;
+    idle_countdown_ = 1;  // woken by the listening socket, the next progress looks at it
+    next_listen_poll_ = 0;
     if (hot_ != nullptr && (hot_->flags & kEpUnpolled)) repoll(hot_);
     // The epoll set is level-triggered and parse_frames() consumes every whole frame it
     // read, so a readable socket keeps the fd readable: only the slow-path work (failures,

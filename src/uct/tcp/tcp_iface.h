@@ -315,6 +315,9 @@ private:
     TcpEp* hot_ = nullptr;       ///< the only connection, when it is established and idle-sending: read directly
     bool keep_polled_ = false;   ///< event_fd() was asked for: the hot connection stays in the epoll set
     unsigned poll_tick_ = 0;     ///< counts direct reads between full polls
+    /** Progress calls until an iface with no connection reads the clock (tcp_rx.cc). */
+    unsigned idle_countdown_ = 1;
+    ucs::Ticks next_listen_poll_ = 0;      ///< when an iface with no connection polls its listening socket
     std::uint8_t* spare_large_ = nullptr;  ///< a receive buffer of max_am bytes kept for the next large message
     double link_bandwidth_ = 1e9;  ///< bytes/s of a non-loopback device
     ucs::Ticks conn_timeout_ticks_ = 0;

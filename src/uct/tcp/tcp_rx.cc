@@ -47,6 +47,10 @@ namespace {
 
 constexpr unsigned kMaxEventsPerProgress = 16;
 constexpr unsigned kHotPollPeriod = 16;
+/** An iface with no connection reads the clock every this many progress calls... */
+constexpr unsigned kIdlePollPeriod = 16;
+/** ...and polls its listening socket when this many microseconds have passed. */
+constexpr std::uint64_t kIdleListenPollUs = 100;
 constexpr unsigned kMaxReadsPerEvent = 4;
 /** Headers of the largest streamed frame (a put): what is read first after a streamed frame. */
 constexpr std::size_t kLargeHeaders = sizeof(FrameHeader) + sizeof(RmaHeader);
@@ -73,6 +77,22 @@ const char* op_name(FrameType type) {
 // --- progress ----------------------------------------------------------------------------------
 
 unsigned TcpIface::progress() {
+    // No connection: only the listening socket is watched, and its epoll_wait() was the
+    // whole cost of an idle iface's progress: a system call per call (3 us on a hypervisor
+    // that traps them), paid by every worker that talks over shm, in its latency too. A
+    // peer's connection request waits a little: the listening socket is looked at every
+    // kIdleListenPollUs at most (the clock read every kIdlePollPeriod-th call), and at the
+    // first call after event_arm, whose sleeper it wakes.
+    if (LOOM_UNLIKELY(epoll_.size() <= 1) && hot_ == nullptr) {
+        const bool slow = (nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty();
+        if (--idle_countdown_ != 0) return LOOM_UNLIKELY(slow) ? progress_slow() : 0;
+        idle_countdown_ = kIdlePollPeriod;
+        const ucs::Ticks now = ucs::get_time();
+        if (now < next_listen_poll_) return LOOM_UNLIKELY(slow) ? progress_slow() : 0;
+        next_listen_poll_ = now + ucs::us_to_ticks(kIdleListenPollUs);
+    } else {
+        idle_countdown_ = kIdlePollPeriod;
+    }
     // (Not while a large payload streams in: there, spinning on recv() holds the socket lock
     // against the sender's delivery; epoll_wait() checks readiness without it.)
     if (hot_ != nullptr && hot_->rx->mode == kRxFrames && (++poll_tick_ % kHotPollPeriod) != 0) {
