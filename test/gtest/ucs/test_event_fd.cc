@@ -190,7 +190,15 @@ TEST(EventSet, ModifyAndRemove) {
     auto set = EventSet::create();
     auto a = EventFd::create();
     ASSERT_TRUE(set.ok() && a.ok());
+    EXPECT_EQ(0u, set->size());
     ASSERT_EQ(Status::ok, set->add(a->fd(), kEventRead, 1));
+    EXPECT_EQ(1u, set->size());
+    {
+        loom::test::LogCapture capture("warn");
+        EXPECT_NE(Status::ok, set->add(a->fd(), kEventRead, 1));  // a member already: still one
+        EXPECT_EQ(1, capture.count("already a member"));
+    }
+    EXPECT_EQ(1u, set->size());
     EventSet::Event out[2];
     // An eventfd is always writable: watching for writes reports it with the new cookie.
     ASSERT_EQ(Status::ok, set->modify(a->fd(), kEventWrite, 5));
@@ -201,6 +209,7 @@ TEST(EventSet, ModifyAndRemove) {
     EXPECT_EQ(0u, set->wait(out, 0).value_or(99));
     ASSERT_EQ(Status::ok, a->signal());
     ASSERT_EQ(Status::ok, set->remove(a->fd()));
+    EXPECT_EQ(0u, set->size());
     EXPECT_EQ(0u, set->wait(out, 0).value_or(99));
     EXPECT_FALSE(readable(set->fd()));
 }
