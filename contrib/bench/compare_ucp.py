@@ -13,8 +13,9 @@ one markdown table: the median of each side and a ratio that is below 1 when Loo
 
 Transports are chosen as the applications do: LOOM_TLS for Loom, UCX_TLS for UCX
 (shm: LOOM_TLS=shm against UCX_TLS=shm, UCX's alias for posix, sysv and cma;
-tcp: LOOM_TLS=tcp against UCX_TLS=tcp, both restricted to the lo device; tcp-all, with
---transports: both at their defaults, every device).
+tcp: LOOM_TLS=tcp against UCX_TLS=tcp, both restricted to the lo device; with
+--transports: tcp-all, tcp at its defaults on every device; default, no transport
+variable at all).
 
     contrib/bench/compare_ucp.py [--repeats 5] [--quick] [--loom build/install/bin/loom_perftest]
                                  [--only SUBSTRING] [--baseline-loom OTHER/loom_perftest]
@@ -42,6 +43,9 @@ TRANSPORTS = {
     # Both at their defaults, every device (UCX stripes rendezvous over them, Loom where
     # the devices qualify as rails: docs/protocols.md, "Multi-rail"). Only with --transports.
     "tcp-all": ({"LOOM_TLS": "tcp"}, {"UCX_TLS": "tcp"}),
+    # Both as an application gets them: no transport variable at all (every transport
+    # loaded; between processes of one host both pick shm). Only with --transports.
+    "default": ({}, {}),
 }
 
 KIB, MIB = 1024, 1024 * 1024
