@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -854,29 +855,19 @@ TEST(ShmSegments, IfacesOfAProcessShareOneArenaAndGiveTheirPagesBack) {
     ASSERT_TRUE(receiver.progress_until([&] { return inbox.messages.size() == 1u; }));
 }
 
-TEST(ShmSegments, AForkedChildTakesItsFifosFromAnArenaOfItsOwn) {
-    // The child inherits the parent's arena mapped, and its bookkeeping: handing out a
-    // slot of it would give two processes' ifaces one FIFO.
-    ShmSide parent_side;
-    const impl::SegmentId parent_arena = segment_of(parent_side, parent_side.address());
+/**
+ * Runs @p check in a forked child and returns its verdict: true when it said yes (an
+ * exception there is a no). The child ends with _exit: nothing of the test runs twice.
+ */
+bool in_forked_child(const std::function<bool()>& check) {
     int fds[2];
-    ASSERT_EQ(0, ::pipe(fds));
+    if (::pipe(fds) != 0) return false;
     const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
+    if (child < 0) return false;
     if (child == 0) {
         char verdict = 'n';
         try {
-            ShmSide side;
-            const impl::SegmentId mine = segment_of(side, side.address());
-            Inbox inbox;
-            if (mine.pid == static_cast<std::uint32_t>(::getpid()) && mine.cookie != parent_arena.cookie &&
-                side.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) == Status::ok) {
-                Ep* ep = side.connect_or_throw(side.address());  // to itself, through its own arena
-                if (ep_am_short(ep, kAmId, 1, nullptr, 0) == Status::ok &&
-                    side.progress_until([&] { return inbox.messages.size() == 1u; })) {
-                    verdict = 'y';
-                }
-            }
+            if (check()) verdict = 'y';
         } catch (...) {
         }
         (void)!::write(fds[1], &verdict, 1);
@@ -884,11 +875,30 @@ TEST(ShmSegments, AForkedChildTakesItsFifosFromAnArenaOfItsOwn) {
     }
     ::close(fds[1]);
     char verdict = 0;
-    EXPECT_EQ(1, ::read(fds[0], &verdict, 1));
+    const bool read_one = ::read(fds[0], &verdict, 1) == 1;
     ::close(fds[0]);
     int status = 0;
     ::waitpid(child, &status, 0);
-    EXPECT_EQ('y', verdict) << "the child's iface was not in an arena of its own, or did not work";
+    return read_one && verdict == 'y';
+}
+
+TEST(ShmSegments, AForkedChildTakesItsFifosFromAnArenaOfItsOwn) {
+    // The child inherits the parent's arena mapped, and its bookkeeping: handing out a
+    // slot of it would give two processes' ifaces one FIFO.
+    ShmSide parent_side;
+    const impl::SegmentId parent_arena = segment_of(parent_side, parent_side.address());
+    EXPECT_TRUE(in_forked_child([&] {
+        ShmSide side;
+        const impl::SegmentId mine = segment_of(side, side.address());
+        Inbox inbox;
+        if (mine.pid != static_cast<std::uint32_t>(::getpid()) || mine.cookie == parent_arena.cookie ||
+            side.iface().set_am_handler(kAmId, Inbox::handler, &inbox, 0) != Status::ok) {
+            return false;
+        }
+        Ep* ep = side.connect_or_throw(side.address());  // to itself, through its own arena
+        return ep_am_short(ep, kAmId, 1, nullptr, 0) == Status::ok &&
+               side.progress_until([&] { return inbox.messages.size() == 1u; });
+    })) << "the child's iface was not in an arena of its own, or did not work";
     ShmSide after;  // the parent's arena is still the parent's
     EXPECT_EQ(parent_arena.cookie, segment_of(after, after.address()).cookie);
 }
@@ -900,27 +910,11 @@ TEST(ShmSegments, AForkedChildTakesItsFifosFromAnArenaOfItsOwn) {
 TEST(ShmSegments, AForkedChildHasItsOwnIdentity) {
     const impl::ProcessIdentity parent = impl::this_process();
     ASSERT_EQ(::getpid(), parent.pid);
-    int fds[2];
-    ASSERT_EQ(0, ::pipe(fds));
-    const pid_t child = ::fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    EXPECT_TRUE(in_forked_child([&] {
         const impl::ProcessIdentity mine = impl::this_process();
-        const char verdict = mine.pid == ::getpid() && mine.cookie != parent.cookie &&
-                                     mine.start_time >= parent.start_time &&
-                                     impl::this_process().cookie == mine.cookie
-                                 ? 'y'
-                                 : 'n';
-        (void)!::write(fds[1], &verdict, 1);
-        ::_exit(0);
-    }
-    ::close(fds[1]);
-    char verdict = 0;
-    EXPECT_EQ(1, ::read(fds[0], &verdict, 1));
-    ::close(fds[0]);
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    EXPECT_EQ('y', verdict) << "the child kept the parent's identity, or changed it between two calls";
+        return mine.pid == ::getpid() && mine.cookie != parent.cookie &&
+               mine.start_time >= parent.start_time && impl::this_process().cookie == mine.cookie;
+    })) << "the child kept the parent's identity, or changed it between two calls";
     EXPECT_EQ(parent.cookie, impl::this_process().cookie) << "the parent's identity changed";
 }
 

@@ -983,34 +983,54 @@ std::size_t shm_mappings() {
     return n;
 }
 
+constexpr int kPeerIfaces = 8;
+
+/**
+ * The child of the tests below: opens kPeerIfaces ifaces and sends their addresses; on the
+ * parent's first message closes the first iface and answers; then waits to be killed or
+ * told to finish.
+ */
+int host_ifaces(Channel& ch) {
+    std::vector<std::unique_ptr<ShmSide>> sides;
+    for (int i = 0; i < kPeerIfaces; ++i) {
+        sides.push_back(std::make_unique<ShmSide>());
+        ch.send(sides.back()->address());
+    }
+    if (!ch.recv(60s)) return 1;
+    sides.front().reset();
+    ch.send(std::vector<std::uint8_t>{1});
+    (void)ch.recv(60s);
+    return 0;
+}
+
+/** The kPeerIfaces addresses host_ifaces sends (fewer when the child failed). */
+std::vector<std::vector<std::uint8_t>> peer_addresses(ForkedPeer& child) {
+    std::vector<std::vector<std::uint8_t>> addresses;
+    for (int i = 0; i < kPeerIfaces; ++i) {
+        auto address = child.channel().recv();
+        if (!address) break;
+        addresses.push_back(*address);
+    }
+    return addresses;
+}
+
 TEST(ShmMultiProcess, AllIfacesOfAPeerProcessAreMappedOnce) {
     // A process reaching many workers of another maps that process's arena once: a
     // segment per iface cost every endpoint an open, fstat, mmap and close (epmem.c).
-    constexpr int kIfaces = 8;
-    ForkedPeer child([](Channel& ch) {
-        std::vector<std::unique_ptr<ShmSide>> sides;
-        for (int i = 0; i < kIfaces; ++i) {
-            sides.push_back(std::make_unique<ShmSide>());
-            ch.send(sides.back()->address());
-        }
-        (void)ch.recv(60s);
-        return 0;
-    });
+    ForkedPeer child(host_ifaces);
     loom::test::ScopedEnv env("LOOM_SHM_SEGMENT", "memfd");
     ShmSide side;
-    std::vector<std::vector<std::uint8_t>> addresses;
-    for (int i = 0; i < kIfaces; ++i) {
-        auto address = child.channel().recv();
-        ASSERT_TRUE(address);
-        addresses.push_back(*address);
-    }
+    const auto addresses = peer_addresses(child);
+    ASSERT_EQ(static_cast<std::size_t>(kPeerIfaces), addresses.size());
     const std::size_t before = shm_mappings();
     for (const auto& address : addresses) {
         auto ep = side.connect(address);
         ASSERT_TRUE(ep.ok());
         ASSERT_EQ(Status::ok, ep_am_short(*ep, kAmId, 1, nullptr, 0));
     }
-    EXPECT_EQ(before + 1, shm_mappings()) << "one mapping for the " << kIfaces << " FIFOs of the peer";
+    EXPECT_EQ(before + 1, shm_mappings()) << "one mapping for the " << kPeerIfaces << " FIFOs of the peer";
+    child.channel().send(std::string("close the first"));
+    ASSERT_TRUE(child.channel().recv(30s));
     child.channel().send(std::string("done"));
     EXPECT_EQ(0, child.wait());
 }
@@ -1019,26 +1039,11 @@ TEST(ShmPeerFailure, IfacesOfOneProcessAreWatchedOnceAndEachClosesAlone) {
     // An iface watches a peer process once however many of its ifaces it reaches (one
     // pidfd, one poll per check, one entry in the event set); a peer iface that closes
     // fails its own endpoint only, and the process's death still wakes a sleeper after.
-    constexpr int kIfaces = 8;
-    ForkedPeer child([](Channel& ch) {
-        std::vector<std::unique_ptr<ShmSide>> sides;
-        for (int i = 0; i < kIfaces; ++i) {
-            sides.push_back(std::make_unique<ShmSide>());
-            ch.send(sides.back()->address());
-        }
-        if (!ch.recv(60s)) return 1;  // "close the first"
-        sides.front().reset();
-        ch.send(std::vector<std::uint8_t>{1});
-        (void)ch.recv(60s);  // until killed
-        return 0;
-    });
+    constexpr int kIfaces = kPeerIfaces;
+    ForkedPeer child(host_ifaces);
     ShmSide side({{"SHM_PEER_CHECK_INTERVAL", "2ms"}});
-    std::vector<std::vector<std::uint8_t>> addresses;
-    for (int i = 0; i < kIfaces; ++i) {
-        auto address = child.channel().recv();
-        ASSERT_TRUE(address);
-        addresses.push_back(*address);
-    }
+    const auto addresses = peer_addresses(child);
+    ASSERT_EQ(static_cast<std::size_t>(kIfaces), addresses.size());
     auto event = side.iface().event_fd();
     ASSERT_TRUE(event.ok());
     const std::size_t fds_before = open_fds();
