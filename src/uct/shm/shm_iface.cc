@@ -403,13 +403,21 @@ Status ShmIface::get_device_address(std::uint8_t* out) const {
 Status ShmIface::get_address(std::uint8_t* out) const {
     const FifoAddress addr = own_fifo();
     out[0] = kAddrVersion;
-    std::memcpy(out + 1, &addr.arena, sizeof(addr.arena));
-    std::memcpy(out + 1 + sizeof(addr.arena), &addr.offset, sizeof(addr.offset));
-    std::memcpy(out + 1 + sizeof(addr.arena) + sizeof(addr.offset), &addr.cookie, sizeof(addr.cookie));
+    std::memcpy(out + 1, &addr, sizeof(addr));
     return Status::ok;
 }
 
 namespace {
+
+/**
+ * Whether a FIFO can start at @p offset of a @p size-byte arena and hold @p bytes there:
+ * past the arena's header, aligned for its header. (Addresses and the requesters named
+ * by get and atomic requests come from peers.)
+ */
+bool fifo_fits(std::uint64_t offset, std::uint64_t size, std::uint64_t bytes) {
+    return offset >= sizeof(ArenaHeader) && offset % alignof(FifoCtl) == 0 && offset <= size &&
+           size - offset >= bytes;
+}
 
 /** Checks a peer's addresses; fills @p fifo. invalid_address for garbage, unreachable for another host. */
 Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, const std::uint8_t* iface_addr,
@@ -436,9 +444,7 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
     std::uint64_t host;
     std::memcpy(&host, dev_addr + 1, sizeof(host));
     FifoAddress addr;
-    std::memcpy(&addr.arena, iface_addr + 1, sizeof(addr.arena));
-    std::memcpy(&addr.offset, iface_addr + 1 + sizeof(addr.arena), sizeof(addr.offset));
-    std::memcpy(&addr.cookie, iface_addr + 1 + sizeof(addr.arena) + sizeof(addr.offset), sizeof(addr.cookie));
+    std::memcpy(&addr, iface_addr + 1, sizeof(addr));
     const SegmentId& seg = addr.arena;
     if (host != host_id()) {
         return fail(Status::unreachable, "peer is on another host (or another pid namespace)");
@@ -446,8 +452,7 @@ Status parse_addresses(const std::uint8_t* dev_addr, std::size_t dev_addr_len, c
     if ((seg.kind != static_cast<std::uint8_t>(SegmentKind::memfd) &&
          seg.kind != static_cast<std::uint8_t>(SegmentKind::posix)) ||
         seg.pid == 0 || seg.pid > static_cast<std::uint32_t>(INT32_MAX) ||
-        addr.offset < sizeof(ArenaHeader) || addr.offset % alignof(FifoCtl) != 0 || addr.offset > seg.size ||
-        seg.size - addr.offset < fifo_segment_size(2)) {
+        !fifo_fits(addr.offset, seg.size, fifo_segment_size(2))) {
         return fail(Status::invalid_address,
                     "malformed iface address (segment kind " + std::to_string(seg.kind) + ", pid " +
                         std::to_string(seg.pid) + ", size " + std::to_string(seg.size) + ", FIFO at " +
@@ -506,8 +511,7 @@ Result<Peer*> ShmIface::attach_peer(const FifoAddress& addr, std::string* reason
             "process " + std::to_string(seg.pid) +
             "'s segment is not the one the address names (cookie mismatch: the pid or fd was reused)");
     }
-    if (addr.offset < sizeof(ArenaHeader) || addr.offset % alignof(FifoCtl) != 0 ||
-        mapping->size() < addr.offset || mapping->size() - addr.offset < sizeof(FifoCtl)) {
+    if (!fifo_fits(addr.offset, mapping->size(), sizeof(FifoCtl))) {
         return fail("process " + std::to_string(seg.pid) + "'s FIFO cannot be at " +
                     std::to_string(addr.offset) + " of its " + std::to_string(mapping->size()) +
                     "-byte segment");
@@ -584,7 +588,7 @@ void ShmIface::erase_peer(Peer* peer) {
     peers_.erase(std::make_pair(peer->seg.pid, peer->fifo_cookie));
     if (process != nullptr && --process->peers == 0) {
         unwatch_in_event_set(*process);
-        std::erase_if(processes_, [process](const auto& entry) { return &entry.second == process; });
+        processes_.erase(std::make_pair(process->pid, process->start_time));
     }
 }
 

@@ -190,7 +190,7 @@ inline constexpr std::size_t kDeviceAddrLen = 1 + sizeof(std::uint64_t);
  * pid, fd or name, cookie, size; ArenaSlot), then where the FIFO starts in it and the
  * FIFO's own cookie (8 bytes each).
  */
-inline constexpr std::size_t kIfaceAddrLen = 1 + sizeof(SegmentId) + 2 * sizeof(std::uint64_t);
+inline constexpr std::size_t kIfaceAddrLen = 1 + sizeof(FifoAddress);
 
 // --- Remote keys ----------------------------------------------------------------------------
 

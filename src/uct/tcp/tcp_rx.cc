@@ -83,7 +83,7 @@ unsigned TcpIface::progress() {
     // peer's connection request waits a little: the listening socket is looked at every
     // kIdleListenPollUs at most (the clock read every kIdlePollPeriod-th call), and at the
     // first call after event_arm, whose sleeper it wakes.
-    if (LOOM_UNLIKELY(epoll_.size() <= 1) && hot_ == nullptr) {
+    if (hot_ == nullptr && LOOM_UNLIKELY(epoll_.size() <= 1)) {
         const bool slow = (nfailing_ | ntimed_) != 0 || !pending_eps_.empty() || !zombies_.empty();
         if (--idle_countdown_ != 0) return LOOM_UNLIKELY(slow) ? progress_slow() : 0;
         idle_countdown_ = kIdlePollPeriod;
